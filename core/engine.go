@@ -1,0 +1,582 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Outcome is what Decide tells the adapter to do.
+type Outcome int
+
+const (
+	// Bypass: idem does not apply (safe method, or no key where keys are
+	// optional). Run the handler as if idem were absent.
+	Bypass Outcome = iota
+	// Proceed: this request owns the key. Run the handler on Decision.Context,
+	// capture its response, then call Commit (or Abort).
+	Proceed
+	// Replay: write Decision.Response, the stored response of the first
+	// request, marked with Idempotent-Replayed: true.
+	Replay
+	// Reject: write Decision.Response, a problem response (400, 401, 409,
+	// 413, 422 or 503). The handler must not run.
+	Reject
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Bypass:
+		return "bypass"
+	case Proceed:
+		return "proceed"
+	case Replay:
+		return "replay"
+	case Reject:
+		return "reject"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ReplayedHeader marks a replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Errors returned by Commit and Abort besides the store's.
+var (
+	// ErrNotOwner: Commit or Abort on a decision that is not Proceed.
+	ErrNotOwner = errors.New("idem: decision does not own the key")
+	// ErrFinished: Commit or Abort called a second time for one decision.
+	ErrFinished = errors.New("idem: decision already committed or aborted")
+)
+
+// Request is what an adapter hands to Decide.
+type Request struct {
+	Method string
+	// Route is the route template ("/v1/payments/:id"), or the path when the
+	// framework has none. It is part of the fingerprint.
+	Route string
+	// Header holds the request headers: the key header and any headers
+	// named by WithFingerprintHeaders are read from it.
+	Header http.Header
+	// Body is read by Decide (up to the request limit) for the fingerprint;
+	// the adapter gives the handler Decision.Body instead. May be nil.
+	Body io.Reader
+	// Scope is the tenant, when the adapter knows it up front.
+	Scope string
+	// ScopeFunc, when set, is called instead (only for requests idem
+	// protects) to find the tenant; an error answers 401. Adapters set it
+	// from their scope option. WithScope replaces both.
+	ScopeFunc func(ctx context.Context) (string, error)
+}
+
+// Response is a response as written by a handler, or as idem writes it.
+type Response struct {
+	Status int // 0 means the handler wrote nothing: 200, as net/http does
+	Header http.Header
+	Body   []byte
+	// Streamed: the handler flushed or hijacked; the response went out as it
+	// was written and cannot be kept.
+	Streamed bool
+	// Truncated: the body exceeded the response limit; it went out whole but
+	// cannot be kept.
+	Truncated bool
+}
+
+// Engine decides, for every request, whether the handler runs. It is safe
+// for concurrent use; build one per store and share it across adapters.
+type Engine struct {
+	store Store
+	cfg   config
+}
+
+// New builds an engine on store. It validates the options and returns an
+// error describing every invalid one; it never panics.
+func New(store Store, opts ...Option) (*Engine, error) {
+	if store == nil {
+		return nil, errors.New("idem: store is nil")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.header = http.CanonicalHeaderKey(cfg.header)
+	for i, h := range cfg.replayHeaders {
+		cfg.replayHeaders[i] = http.CanonicalHeaderKey(h)
+	}
+	return &Engine{store: store, cfg: cfg}, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() Store { return e.store }
+
+// MaxResponseBytes is the largest response body kept for replay; adapters
+// size their capture buffers with it.
+func (e *Engine) MaxResponseBytes() int { return e.cfg.maxResponse }
+
+// Decision is the result of Decide. For Proceed it holds the lease until
+// Commit or Abort, which must be called exactly once.
+type Decision struct {
+	Outcome Outcome
+	// Response is what to write for Replay and Reject.
+	Response *Response
+	// Body is the request body as Decide read it; the adapter hands it to
+	// the handler. BodyRead tells whether Decide consumed Request.Body at all.
+	Body     []byte
+	BodyRead bool
+	// Key and Scope of the request ("" on Bypass).
+	Key   string
+	Scope string
+
+	eng   *Engine
+	lease *Lease
+	route string
+
+	mu       sync.Mutex
+	finished bool
+	lostErr  error
+	cancels  []context.CancelCauseFunc
+	hbStop   chan struct{}
+	hbDone   chan struct{}
+}
+
+// Context returns parent carrying the lease (for KeyFromContext, RelayKey
+// and stores such as pgstore.Tx), cancelled with a cause wrapping
+// ErrLeaseLost if the heartbeat finds the lease gone. For other outcomes it
+// returns parent unchanged.
+func (d *Decision) Context(parent context.Context) context.Context {
+	if d == nil || d.lease == nil {
+		return parent
+	}
+	ctx, cancel := context.WithCancelCause(ContextWithLease(parent, d.lease))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.lostErr != nil:
+		cancel(d.lostErr)
+	case d.finished:
+		cancel(ErrFinished)
+	default:
+		d.cancels = append(d.cancels, cancel)
+	}
+	return ctx
+}
+
+// Fence returns the fence of a Proceed decision (zero otherwise).
+func (d *Decision) Fence() Fence {
+	if d == nil || d.lease == nil {
+		return Fence{}
+	}
+	return d.lease.fence
+}
+
+// Decide classifies a request. A non-nil error means a system failure (the
+// store could not be reached): the decision is then a Reject carrying a 503
+// problem, and the handler must not run. Every other refusal is a Reject
+// with a nil error.
+func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
+	method := strings.ToUpper(req.Method)
+	if !e.cfg.methods[method] {
+		return e.bypass(req), nil
+	}
+	key, err := ParseKey(req.Header.Values(e.cfg.header))
+	if errors.Is(err, ErrKeyMissing) {
+		if !e.cfg.required {
+			return e.bypass(req), nil
+		}
+		return e.reject(ctx, "rejected", req.Route, ProblemMissingKey, http.StatusBadRequest,
+			"the "+e.cfg.header+" header is required for "+method+" requests"), nil
+	}
+	if err != nil {
+		return e.reject(ctx, "rejected", req.Route, ProblemInvalidKey, http.StatusBadRequest, err.Error()), nil
+	}
+	scope, err := e.cfg.scope(ctx, &req)
+	if err != nil {
+		return e.reject(ctx, "rejected", req.Route, ProblemScopeUnavailable, http.StatusUnauthorized,
+			"the request's tenant could not be determined"), nil
+	}
+
+	body, tooLarge, err := readBody(req.Body, e.cfg.maxRequest)
+	if tooLarge {
+		return e.reject(ctx, "rejected", req.Route, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
+			"the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes"), nil
+	}
+	if err != nil {
+		// The client went away or sent a broken body; nothing was claimed.
+		return e.reject(ctx, "rejected", req.Route, ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), nil
+	}
+
+	claim := ClaimRequest{
+		Scope:  scope,
+		Key:    key,
+		Method: method,
+		Route:  req.Route,
+		Fingerprint: Fingerprint(FingerprintInput{
+			Method: method, Route: req.Route, Body: body,
+			Header: req.Header, Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
+		}),
+		Lease:     e.cfg.lease,
+		Retention: e.cfg.retention,
+	}
+	d := &Decision{Key: key, Scope: scope, Body: body, BodyRead: true, eng: e, route: req.Route}
+
+	var deadline time.Time
+	if e.cfg.wait > 0 {
+		deadline = e.cfg.now().Add(e.cfg.wait)
+	}
+	poll := e.cfg.waitPoll
+	for {
+		start := time.Now()
+		res, err := e.store.Claim(ctx, claim)
+		took := time.Since(start)
+		if err != nil {
+			err = fmt.Errorf("idem: claim: %w", err)
+			e.observe(Event{Kind: "store_error", Scope: scope, Route: req.Route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
+			e.log(ctx, slog.LevelError, "store_error", key, scope, req.Route, slog.Any("err", err))
+			d.Outcome = Reject
+			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+				"the idempotency store could not be reached; the request was not processed")
+			d.Response.Header.Set("Retry-After", "1")
+			return d, err
+		}
+		if res.Claimed {
+			d.Outcome = Proceed
+			d.lease = &Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}
+			d.startHeartbeat()
+			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})
+			e.log(ctx, slog.LevelInfo, "claim", key, scope, req.Route, slog.Int64("token", res.Record.Token))
+			return d, nil
+		}
+		rec := res.Record
+		if rec.Method != method || rec.Route != req.Route || rec.Fingerprint != claim.Fingerprint {
+			e.observe(Event{Kind: "mismatch", Scope: scope, Route: req.Route, Status: http.StatusUnprocessableEntity, Duration: took})
+			e.log(ctx, slog.LevelWarn, "mismatch", key, scope, req.Route)
+			d.Outcome = Reject
+			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemPayloadMismatch, http.StatusUnprocessableEntity,
+				"this idempotency key was already used with a different request; use a new key for a new request")
+			return d, nil
+		}
+		if rec.Status == StatusCompleted && rec.Response != nil {
+			if rec.Response.NotRetained {
+				e.observe(Event{Kind: "not_retained", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
+				e.log(ctx, slog.LevelInfo, "not_retained", key, scope, req.Route)
+				d.Outcome = Reject
+				d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemNotRetained, http.StatusConflict,
+					"the request with this key completed with status "+strconv.Itoa(rec.Response.Status)+
+						" but its response was too large or streamed to keep; it will not be run again")
+				return d, nil
+			}
+			d.Outcome = Replay
+			d.Response = replayResponse(rec.Response)
+			e.observe(Event{Kind: "replay", Scope: scope, Route: req.Route, Status: d.Response.Status, Duration: took})
+			e.log(ctx, slog.LevelInfo, "replay", key, scope, req.Route, slog.Int("status", d.Response.Status))
+			return d, nil
+		}
+		// In flight (or failed/completed in a way the store did not let us
+		// take over): wait if configured, else 409.
+		if !deadline.IsZero() && ctx.Err() == nil {
+			left := deadline.Sub(e.cfg.now())
+			if left > 0 {
+				if poll > left {
+					poll = left
+				}
+				t := time.NewTimer(poll)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+				poll = min(poll*2, 10*e.cfg.waitPoll)
+				if ctx.Err() == nil {
+					continue
+				}
+			}
+		}
+		retry := int64(1)
+		if left := rec.LockedUntil.Sub(res.Now); left > time.Second {
+			retry = int64((left + time.Second - 1) / time.Second)
+		}
+		e.observe(Event{Kind: "conflict", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
+		e.log(ctx, slog.LevelInfo, "conflict", key, scope, req.Route)
+		d.Outcome = Reject
+		d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemInFlight, http.StatusConflict,
+			"a request with this idempotency key is still being processed; retry after the indicated delay")
+		d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
+		return d, nil
+	}
+}
+
+func (e *Engine) bypass(req Request) *Decision {
+	e.observe(Event{Kind: "bypass", Route: req.Route})
+	return &Decision{Outcome: Bypass, eng: e}
+}
+
+func (e *Engine) reject(ctx context.Context, kind, route, problem string, status int, detail string) *Decision {
+	e.observe(Event{Kind: kind, Route: route, Status: status})
+	e.log(ctx, slog.LevelInfo, kind, "", "", route, slog.String("problem", problem), slog.Int("status", status))
+	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
+}
+
+func replayResponse(sr *StoredResponse) *Response {
+	h := make(http.Header, len(sr.Header)+1)
+	for k, v := range sr.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	h.Set(ReplayedHeader, "true")
+	return &Response{Status: sr.Status, Header: h, Body: sr.Body}
+}
+
+// readBody reads at most limit bytes. tooLarge reports a body over the limit.
+func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) {
+	if r == nil || r == http.NoBody {
+		return []byte{}, false, nil
+	}
+	body, err = io.ReadAll(io.LimitReader(r, limit+1))
+	if int64(len(body)) > limit {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("idem: read body: %w", err)
+	}
+	return body, false, nil
+}
+
+// Commit records the handler's response for the decision's key: final
+// responses are stored for replay, retryable ones (see WithOutcomePolicy)
+// mark the key failed so it may be retried. The write is fenced by the lease
+// token: a stale owner gets an error wrapping ErrLeaseLost and changes
+// nothing. Commit runs on a context detached from ctx's cancellation, bounded
+// by the commit timeout, so a client disconnect cannot strand a key.
+//
+// A response with Status 0 and no body (the handler wrote nothing) while ctx
+// is done (the client went away) is treated as Abort.
+//
+// When Commit fails, the response is not known to be durable: adapters
+// answer with CommitErrorResponse instead of the handler's response.
+func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
+	if err := d.finish(e); err != nil {
+		return err
+	}
+	cctx, cancel := e.detached(ctx, d)
+	defer cancel()
+	status := resp.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	start := time.Now()
+	var err error
+	kind := "commit"
+	switch {
+	case resp.Status == 0 && len(resp.Body) == 0 && ctx != nil && ctx.Err() != nil:
+		// The client went away and the handler gave up without answering:
+		// that is no result to replay. Release the key.
+		kind = "abort"
+		err = e.store.Fail(cctx, d.lease.fence)
+	case e.cfg.policy(status) == Retryable:
+		kind = "fail"
+		err = e.store.Fail(cctx, d.lease.fence)
+	case resp.Streamed || resp.Truncated:
+		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, NotRetained: true})
+	default:
+		body := resp.Body
+		if body == nil {
+			body = []byte{}
+		}
+		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.filterHeaders(resp.Header), Body: body})
+	}
+	return e.finished(ctx, d, kind, status, time.Since(start), err)
+}
+
+// Abort releases the key after a handler failure (panic, error, client
+// disconnect): the record becomes failed and a retry may run the handler
+// again. Store-attached resources (pgstore's transaction) are rolled back.
+// Like Commit it is fenced and runs on a detached context.
+func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
+	if err := d.finish(e); err != nil {
+		return err
+	}
+	cctx, cancel := e.detached(ctx, d)
+	defer cancel()
+	start := time.Now()
+	err := e.store.Fail(cctx, d.lease.fence)
+	if cause != nil {
+		e.log(ctx, slog.LevelWarn, "abort_cause", d.Key, d.Scope, d.route, slog.Any("cause", cause))
+	}
+	return e.finished(ctx, d, "abort", 0, time.Since(start), err)
+}
+
+// CommitErrorResponse is what an adapter writes instead of the handler's
+// response when Commit or Abort failed: the outcome is not known to be
+// recorded, so the client must not take it as final. A lost lease answers
+// 409 (another request owns the key now); anything else 503. Both invite a
+// retry, which the record then resolves.
+func (e *Engine) CommitErrorResponse(err error) *Response {
+	if errors.Is(err, ErrLeaseLost) {
+		r := ProblemResponse(e.cfg.problemBaseURI, ProblemInFlight, http.StatusConflict,
+			"this request lost ownership of its idempotency key to a retry; retry to get the recorded result")
+		r.Header.Set("Retry-After", "1")
+		return r
+	}
+	r := ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+		"the result of this request could not be recorded; retry with the same key")
+	r.Header.Set("Retry-After", "1")
+	return r
+}
+
+func (e *Engine) detached(ctx context.Context, d *Decision) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ContextWithLease(context.WithoutCancel(ctx), d.lease), e.cfg.commitTimeout)
+}
+
+func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status int, took time.Duration, err error) error {
+	d.release()
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			kind = "lease_lost"
+		}
+		err = fmt.Errorf("idem: %s: %w", kind, err)
+		e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: err})
+		e.log(ctx, slog.LevelError, kind, d.Key, d.Scope, d.route, slog.Any("err", err))
+		return err
+	}
+	e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Status: status, Duration: took})
+	e.log(ctx, slog.LevelInfo, kind, d.Key, d.Scope, d.route, slog.Int("status", status))
+	return nil
+}
+
+// finish marks the decision finished and stops its heartbeat.
+func (d *Decision) finish(e *Engine) error {
+	if d == nil || d.Outcome != Proceed || d.lease == nil || d.eng != e {
+		return ErrNotOwner
+	}
+	d.mu.Lock()
+	if d.finished {
+		d.mu.Unlock()
+		return ErrFinished
+	}
+	d.finished = true
+	d.mu.Unlock()
+	close(d.hbStop)
+	<-d.hbDone
+	return nil
+}
+
+// release cancels the handler contexts: the execution is over.
+func (d *Decision) release() {
+	d.mu.Lock()
+	cancels := d.cancels
+	d.cancels = nil
+	d.mu.Unlock()
+	for _, c := range cancels {
+		c(ErrFinished)
+	}
+}
+
+func (d *Decision) startHeartbeat() {
+	d.hbStop = make(chan struct{})
+	d.hbDone = make(chan struct{})
+	e := d.eng
+	go func() {
+		defer close(d.hbDone)
+		interval := e.cfg.lease / 3
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		lastOK := e.cfg.now()
+		for {
+			select {
+			case <-d.hbStop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), interval)
+			err := e.store.Heartbeat(ctx, d.lease.fence, e.cfg.lease)
+			cancel()
+			if err == nil {
+				lastOK = e.cfg.now()
+				continue
+			}
+			e.observe(Event{Kind: "heartbeat_error", Scope: d.Scope, Route: d.route, Err: err})
+			e.log(context.Background(), slog.LevelWarn, "heartbeat_error", d.Key, d.Scope, d.route, slog.Any("err", err))
+			switch {
+			case errors.Is(err, ErrLeaseLost):
+				d.loseLease(fmt.Errorf("idem: heartbeat: %w", err))
+				return
+			case e.cfg.now().Sub(lastOK) >= e.cfg.lease:
+				// A whole lease without a successful heartbeat: another
+				// instance may own the key now. Stop the handler.
+				d.loseLease(fmt.Errorf("idem: heartbeat failed for a whole lease (%v): %w", err, ErrLeaseLost))
+				return
+			}
+		}
+	}()
+}
+
+func (d *Decision) loseLease(cause error) {
+	d.mu.Lock()
+	d.lostErr = cause
+	cancels := d.cancels
+	d.cancels = nil
+	d.mu.Unlock()
+	for _, c := range cancels {
+		c(cause)
+	}
+}
+
+func (e *Engine) filterHeaders(h http.Header) http.Header {
+	out := make(http.Header, len(e.cfg.replayHeaders))
+	for _, name := range e.cfg.replayHeaders {
+		if v, ok := h[name]; ok && len(v) > 0 {
+			out[name] = append([]string(nil), v...)
+		}
+	}
+	return out
+}
+
+func (e *Engine) observe(ev Event) {
+	if e.cfg.observer != nil {
+		e.cfg.observer(ev)
+	}
+}
+
+func (e *Engine) log(ctx context.Context, level slog.Level, msg, key, scope, route string, attrs ...slog.Attr) {
+	if !e.cfg.logger.Enabled(ctx, level) {
+		return
+	}
+	base := make([]slog.Attr, 0, 4+len(attrs))
+	if key != "" {
+		base = append(base, slog.String("key", e.redact(key)))
+	}
+	if scope != "" {
+		base = append(base, slog.String("scope", scope))
+	}
+	if route != "" {
+		base = append(base, slog.String("route", route))
+	}
+	base = append(base, attrs...)
+	e.cfg.logger.LogAttrs(ctx, level, "idem: "+msg, base...)
+}
+
+// redact hides a key behind a short hash: enough to correlate log lines,
+// useless to replay the request.
+func (e *Engine) redact(key string) string {
+	if e.cfg.logKeys {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
