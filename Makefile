@@ -1,0 +1,39 @@
+# idem — common tasks. `make test` is what CI runs (.ci/run).
+GO          ?= go
+PKGS        ?= ./...
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCHTIME   ?= 1s
+FUZZTIME    ?= 60s
+
+.PHONY: test lint fmt bench fuzz demo race-demo
+
+## test: go vet + the whole suite with the race detector (needs PostgreSQL: see README)
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+fmt:
+	gofmt -w .
+
+## bench: the benchmark suite recorded in BENCHMARKS.md
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## fuzz: each fuzz target for FUZZTIME
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./core
+	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./core
+
+## demo: the payments example on 127.0.0.1:8080 (memstore, no setup)
+demo:
+	$(GO) run ./examples/payments
+
+## race-demo: naive cache middleware vs idem under a burst of duplicates
+race-demo:
+	$(GO) run ./examples/racedemo
