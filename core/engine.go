@@ -238,6 +238,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		deadline = e.cfg.now().Add(e.cfg.wait)
 	}
 	poll := e.cfg.waitPoll
+	watcher, _ := e.store.(Watcher)
+	var changed <-chan struct{}
+	unwatch := func() {}
+	defer func() { unwatch() }()
 	for {
 		start := time.Now()
 		res, err := e.store.Claim(ctx, claim)
@@ -288,17 +292,23 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		// In flight (or failed/completed in a way the store did not let us
 		// take over): wait if configured, else 409.
 		if !deadline.IsZero() && ctx.Err() == nil {
-			left := deadline.Sub(e.cfg.now())
-			if left > 0 {
-				if poll > left {
-					poll = left
+			if left := deadline.Sub(e.cfg.now()); left > 0 {
+				if watcher != nil && changed == nil {
+					// Watch from now on, then look again: a change between the
+					// claim above and the watch is caught by the next claim.
+					changed, unwatch = watcher.Watch(ctx, scope, key)
+					continue
 				}
-				t := time.NewTimer(poll)
+				t := time.NewTimer(min(poll, left))
 				select {
 				case <-t.C:
+				case <-changed: // nil without a Watcher: never ready
+					// Re-arm before looking again, so no change is missed.
+					unwatch()
+					changed, unwatch = watcher.Watch(ctx, scope, key)
 				case <-ctx.Done():
-					t.Stop()
 				}
+				t.Stop()
 				poll = min(poll*2, 10*e.cfg.waitPoll)
 				if ctx.Err() == nil {
 					continue

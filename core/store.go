@@ -130,3 +130,13 @@ type Store interface {
 	// record may still be returned; callers compare ExpiresAt themselves.
 	Get(ctx context.Context, scope, key string) (Record, error)
 }
+
+// Watcher is an optional Store capability: it wakes a duplicate that waits
+// for an in-flight owner (WithWait) as soon as the record changes, instead of
+// at its next poll. Stores without it are polled.
+type Watcher interface {
+	// Watch returns a channel that is closed when the record (scope, key)
+	// may have changed after the call, and a function that releases the
+	// watch. Spurious wake-ups are allowed; missed ones are not.
+	Watch(ctx context.Context, scope, key string) (<-chan struct{}, func())
+}
