@@ -1,0 +1,19 @@
+// Package memstore is an in-process core.Store: a mutex-protected map of
+// records keyed by (scope, key).
+//
+// It is meant for tests, single-process services and demos. It gives every
+// guarantee of the core.Store contract within one process — atomic claims,
+// strictly increasing lease tokens that are never reused, fenced writes —
+// but records live only as long as the process, so it cannot coordinate
+// several instances of a service or survive a restart. Use pgstore for
+// that.
+//
+// Time comes from WithClock (default time.Now), so tests can drive lease
+// lapses and expiry without sleeping. Records past their ExpiresAt that
+// are not held by a live lease are treated as absent by every method and
+// removed when accessed; Purge removes the rest, and WithMaxEntries bounds
+// memory without ever evicting a live record.
+//
+// Responses are copied on the way in and out: a caller may reuse or modify
+// the bodies and header maps it passes or receives.
+package memstore

@@ -1,0 +1,54 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// A first request claims the key, runs, and completes it; its retry is
+// answered from the stored response without running again.
+func Example() {
+	ctx := context.Background()
+	s := memstore.New(memstore.WithMaxEntries(100_000))
+
+	req := core.ClaimRequest{
+		Scope:       "user-42",
+		Key:         "8e03978e-40d5-43e8-bc93-6894a57f9324",
+		Method:      http.MethodPost,
+		Route:       "/v1/payments",
+		Fingerprint: core.Fingerprint(core.FingerprintInput{Method: http.MethodPost, Route: "/v1/payments", Body: []byte(`{"amount":1000}`)}),
+		Lease:       30 * time.Second,
+		Retention:   24 * time.Hour,
+	}
+
+	first, err := s.Claim(ctx, req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("first claimed:", first.Claimed)
+
+	// ... the handler runs under first.Record.Token ...
+	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: first.Record.Token}
+	if err := s.Complete(ctx, f, core.StoredResponse{Status: http.StatusCreated, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	retry, err := s.Claim(ctx, req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("retry claimed:", retry.Claimed)
+	fmt.Println("replay:", retry.Record.Response.Status, string(retry.Record.Response.Body))
+	// Output:
+	// first claimed: true
+	// retry claimed: false
+	// replay: 201 {"id":"pay_1"}
+}

@@ -1,0 +1,296 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// ErrFull is returned (wrapped) by Claim when the store holds WithMaxEntries
+// live records and the claim would need a new one.
+var ErrFull = errors.New("memstore: store full")
+
+// errTokensExhausted guards the int64 token counter; unreachable in practice,
+// but a wrapped token would break fencing silently, so it is an error.
+var errTokensExhausted = errors.New("memstore: lease tokens exhausted")
+
+// recKey identifies a record. A struct key (rather than scope+sep+key)
+// cannot collide whatever bytes the scope or key contain.
+type recKey struct {
+	scope, key string
+}
+
+// Store is an in-process core.Store. It is safe for concurrent use. The zero
+// value is not usable; call New.
+type Store struct {
+	clock      func() time.Time
+	maxEntries int
+
+	mu   sync.Mutex
+	recs map[recKey]*core.Record
+	// last is the last lease token handed out. One counter for the whole
+	// store keeps tokens strictly increasing and never reused, even when a
+	// record is deleted and created again under the same key.
+	last int64
+}
+
+var _ core.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	cfg := config{clock: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	return &Store{
+		clock:      cfg.clock,
+		maxEntries: cfg.maxEntries,
+		recs:       make(map[recKey]*core.Record),
+	}
+}
+
+// expired reports whether r is past retention and not held by a live lease:
+// such a record is treated as absent by every method (the key is new again).
+func expired(r *core.Record, now time.Time) bool {
+	if now.Before(r.ExpiresAt) {
+		return false
+	}
+	return !(r.Status == core.StatusProcessing && now.Before(r.LockedUntil))
+}
+
+// lookupLocked returns the record for k, removing it first if it expired
+// (lazy expiry), so every method sees the same answer whatever order calls
+// arrive in. s.mu must be held.
+func (s *Store) lookupLocked(k recKey, now time.Time) (*core.Record, bool) {
+	r, ok := s.recs[k]
+	if !ok {
+		return nil, false
+	}
+	if expired(r, now) {
+		delete(s.recs, k)
+		return nil, false
+	}
+	return r, true
+}
+
+func (s *Store) nextTokenLocked() (int64, error) {
+	if s.last == math.MaxInt64 {
+		return 0, errTokensExhausted
+	}
+	s.last++
+	return s.last, nil
+}
+
+// Claim implements core.Store. It inserts a processing record when (scope,
+// key) has none or only an expired one, takes over a failed record or one
+// whose lease lapsed when method, route and fingerprint match, and otherwise
+// returns the existing record unchanged. It fails with an error wrapping
+// ErrFull when WithMaxEntries is reached, and rejects a non-positive Lease
+// or Retention.
+func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Checked under the lock so a context cancelled while waiting for it
+	// still changes nothing.
+	if err := ctx.Err(); err != nil {
+		return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+	}
+	if req.Lease <= 0 {
+		return core.ClaimResult{}, fmt.Errorf("memstore: claim: lease %v must be positive", req.Lease)
+	}
+	if req.Retention <= 0 {
+		return core.ClaimResult{}, fmt.Errorf("memstore: claim: retention %v must be positive", req.Retention)
+	}
+	now := s.clock()
+	k := recKey{req.Scope, req.Key}
+	r, ok := s.lookupLocked(k, now)
+	switch {
+	case !ok:
+		if s.maxEntries > 0 && len(s.recs) >= s.maxEntries {
+			s.purgeLocked(now)
+			if len(s.recs) >= s.maxEntries {
+				return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w (%d live records)", ErrFull, len(s.recs))
+			}
+		}
+		tok, err := s.nextTokenLocked()
+		if err != nil {
+			return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+		}
+		r = &core.Record{
+			Scope:       req.Scope,
+			Key:         req.Key,
+			Method:      req.Method,
+			Route:       req.Route,
+			Fingerprint: req.Fingerprint,
+			Status:      core.StatusProcessing,
+			Token:       tok,
+			LockedUntil: now.Add(req.Lease),
+			CreatedAt:   now,
+			ExpiresAt:   now.Add(req.Retention),
+		}
+		s.recs[k] = r
+		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
+
+	case r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
+		(r.Status == core.StatusFailed ||
+			(r.Status == core.StatusProcessing && !now.Before(r.LockedUntil))):
+		tok, err := s.nextTokenLocked()
+		if err != nil {
+			return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+		}
+		// CreatedAt is kept: it is when the key was first used, which is
+		// what an operator looking at a retried request wants to see.
+		r.Status = core.StatusProcessing
+		r.Token = tok
+		r.LockedUntil = now.Add(req.Lease)
+		r.ExpiresAt = now.Add(req.Retention)
+		r.Response = nil
+		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
+
+	default:
+		return core.ClaimResult{Record: copyRecord(r), Now: now}, nil
+	}
+}
+
+// ownedLocked returns the record f owns: present, not expired, processing
+// and carrying f.Token. s.mu must be held.
+func (s *Store) ownedLocked(f core.Fence, now time.Time) (*core.Record, bool) {
+	r, ok := s.lookupLocked(recKey{f.Scope, f.Key}, now)
+	if !ok || r.Status != core.StatusProcessing || r.Token != f.Token {
+		return nil, false
+	}
+	return r, true
+}
+
+// Heartbeat implements core.Store. A processing record whose lease lapsed
+// but which nobody took over may still be extended: the token, not the
+// clock, decides ownership.
+func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: heartbeat: %w", err)
+	}
+	if extend <= 0 {
+		return fmt.Errorf("memstore: heartbeat: extension %v must be positive", extend)
+	}
+	now := s.clock()
+	r, ok := s.ownedLocked(f, now)
+	if !ok {
+		return fmt.Errorf("memstore: heartbeat: %w", core.ErrLeaseLost)
+	}
+	r.LockedUntil = now.Add(extend)
+	return nil
+}
+
+// Complete implements core.Store. resp is copied; the caller may reuse it.
+func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+	// Copy before taking the lock: a 1 MiB body should not be copied while
+	// every other request waits.
+	stored := copyResponse(&resp)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: complete: %w", err)
+	}
+	r, ok := s.ownedLocked(f, s.clock())
+	if !ok {
+		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
+	}
+	r.Status = core.StatusCompleted
+	r.Response = stored
+	return nil
+}
+
+// Fail implements core.Store.
+func (s *Store) Fail(ctx context.Context, f core.Fence) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: fail: %w", err)
+	}
+	r, ok := s.ownedLocked(f, s.clock())
+	if !ok {
+		return fmt.Errorf("memstore: fail: %w", core.ErrLeaseLost)
+	}
+	r.Status = core.StatusFailed
+	r.Response = nil
+	return nil
+}
+
+// Get implements core.Store. An expired record is removed on access and
+// reported as ErrNotFound, consistently with Claim treating its key as new.
+func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return core.Record{}, fmt.Errorf("memstore: get: %w", err)
+	}
+	r, ok := s.lookupLocked(recKey{scope, key}, s.clock())
+	if !ok {
+		return core.Record{}, fmt.Errorf("memstore: get: %w", core.ErrNotFound)
+	}
+	return copyRecord(r), nil
+}
+
+// Purge removes every record past its ExpiresAt that is not held by a live
+// lease and reports how many it removed. Expired records are also dropped
+// lazily when accessed, so Purge only bounds the memory held by keys that
+// are never seen again; call it periodically in long-running processes.
+func (s *Store) Purge(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: purge: %w", err)
+	}
+	return s.purgeLocked(s.clock()), nil
+}
+
+func (s *Store) purgeLocked(now time.Time) int {
+	n := 0
+	for k, r := range s.recs {
+		if expired(r, now) {
+			delete(s.recs, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Len returns the number of records held, including expired ones that have
+// not been removed yet.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.recs)
+}
+
+// copyRecord returns r with its response deep-copied, so callers can never
+// reach the store's bytes or header maps.
+func copyRecord(r *core.Record) core.Record {
+	out := *r
+	out.Response = copyResponse(r.Response)
+	return out
+}
+
+// copyResponse deep-copies resp. An empty body is stored and returned as nil:
+// the contract replays nil and empty alike.
+func copyResponse(resp *core.StoredResponse) *core.StoredResponse {
+	if resp == nil {
+		return nil
+	}
+	out := *resp
+	out.Header = resp.Header.Clone()
+	out.Body = nil
+	if len(resp.Body) > 0 {
+		out.Body = append([]byte(nil), resp.Body...)
+	}
+	return &out
+}

@@ -1,0 +1,42 @@
+// Package storetest is the conformance suite every core.Store must pass.
+//
+// A store author calls Run from a test and, optionally, Benchmark from a
+// benchmark, each with a constructor that returns a fresh, empty store:
+//
+//	func newStore(tb testing.TB) core.Store {
+//		s := mystore.New(...)          // e.g. a fresh schema or database
+//		tb.Cleanup(func() { s.Close() })
+//		return s
+//	}
+//
+//	func TestConformance(t *testing.T)    { storetest.Run(t, newStore) }
+//	func BenchmarkConformance(b *testing.B) { storetest.Benchmark(b, newStore) }
+//
+// The constructor takes a testing.TB so that one function serves both Run
+// (which passes a *testing.T) and Benchmark (a *testing.B). It is called
+// once per sub-test; it should fail tb (tb.Fatal, or tb.Skip when the
+// backing service is unavailable) rather than return nil. Stores need not
+// be empty in practice: every sub-test uses unique scopes and keys, but
+// isolating each call (pgstore uses a fresh schema) keeps failures local.
+//
+// What the suite can and cannot check: stores read time from their own
+// clock (pgstore uses the database's now()), so the suite cannot inject
+// time. Lease lapses and retention expiry are exercised with short leases
+// (50–100ms) and short sleeps, and instants are compared against
+// core.ClaimResult.Now, never against the test's clock. A few sub-tests
+// therefore take a fraction of a second each.
+//
+// Behaviour pinned down beyond the core.Store doc comments:
+//   - Fence writes (Heartbeat, Complete, Fail) on a record that does not
+//     exist, is not processing, or carries another token return
+//     core.ErrLeaseLost and change nothing.
+//   - A nil and an empty response body both read back as an empty body
+//     (len 0); which of the two a store returns is not specified. Likewise
+//     a nil and an empty header map.
+//   - Tokens handed out by consecutive claims are strictly increasing, not
+//     only per key.
+//   - A processing record whose lease lapsed but which nobody took over is
+//     still owned by its token: its owner may heartbeat and complete it.
+//   - Get of an expired record is not checked: a store may return it or
+//     report core.ErrNotFound.
+package storetest
