@@ -1,0 +1,37 @@
+// Package ginidem adapts idem to gin: Middleware makes gin handlers safe to
+// retry with the Idempotency-Key header. The handler runs at most once per
+// (scope, key); a retry of the same request gets the first response back,
+// byte for byte, marked Idempotent-Replayed: true; a concurrent duplicate
+// gets 409 and a retry with a different body under the same key 422.
+//
+// The adapter is thin: every decision is made by the core.Engine. It reads
+// the route template from c.FullPath(), hands the handler the request body
+// again after fingerprinting it, and swaps c.Writer for a capturing writer
+// while the rest of the chain runs, so that c.JSON, c.String, c.Data,
+// c.Status and c.AbortWithStatusJSON are all recorded; the response reaches
+// the client only once its outcome is stored.
+//
+// Register the middleware on the routes it protects, after authentication
+// (the scope usually comes from it) and before the handler:
+//
+//	eng, _ := core.New(store)
+//	r.POST("/v1/payments", auth, ginidem.Middleware(eng,
+//		ginidem.WithScope(func(c *gin.Context) (string, error) { return c.GetString("user"), nil }),
+//	), createPayment)
+//
+// It may also be installed with r.Use; unmatched routes are then protected
+// under their path, and gin's own 404/405 answers are recorded like any other.
+//
+// The request context (c.Request.Context()) carries the lease while the chain
+// runs: core.KeyFromContext and core.RelayKey read it, and pgstore.Tx finds
+// its transaction there. gin.Context itself delegates to it only when the
+// engine's ContextWithFallback is set; otherwise pass c.Request.Context().
+//
+// Handler errors: a chain that writes a response (c.AbortWithStatus,
+// c.AbortWithError, c.JSON, ...) has that response recorded and sent. A chain
+// that only records errors with c.Error and writes nothing is a failed
+// execution: the key is released for a retry and the response is left to an
+// error-rendering middleware registered outside this one. A panic releases the
+// key and answers a 500 problem; it is not re-raised (gin.Recovery sees
+// nothing) unless part of the response had already gone out.
+package ginidem

@@ -1,0 +1,70 @@
+package ginidem
+
+import (
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Option configures Middleware. A nil Option is ignored.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// ErrorHandler writes the response when idem cannot do its job: the store is
+// unreachable (nothing ran) or the handler's outcome could not be recorded
+// (its response is discarded). err describes the failure; fallback is the
+// problem+json response idem would write (503, or 409 when the lease was lost
+// to a retry). The middleware calls c.Abort itself.
+type ErrorHandler func(c *gin.Context, err error, fallback *core.Response)
+
+type config struct {
+	scope   func(*gin.Context) (string, error)
+	skip    func(*gin.Context) bool
+	onError ErrorHandler
+}
+
+// WithScope sets the function returning the request's tenant, typically a
+// value an authentication middleware stored earlier in the chain:
+//
+//	ginidem.WithScope(func(c *gin.Context) (string, error) {
+//		user := c.GetString("user")
+//		if user == "" {
+//			return "", errors.New("unauthenticated")
+//		}
+//		return user, nil
+//	})
+//
+// It is called only for requests idem protects. An error answers a 401
+// problem and the handler does not run. Keys are unique per scope.
+// Default (or nil): every request shares the scope "". An engine built with
+// core.WithScope uses its own function instead (it may call
+// core.Request.ScopeFunc, which this option sets).
+func WithScope(f func(*gin.Context) (string, error)) Option {
+	return optionFunc(func(c *config) { c.scope = f })
+}
+
+// WithSkip sets a predicate for requests idem must not touch at all: they go
+// down the chain as if the middleware were absent (no key required, nothing
+// recorded). Default (or nil): no request is skipped; safe methods and
+// methods outside core.WithMethods bypass idem anyway.
+func WithSkip(f func(*gin.Context) bool) Option {
+	return optionFunc(func(c *config) { c.skip = f })
+}
+
+// WithErrorHandler sets how store failures are answered (see ErrorHandler).
+// Default (or nil): write fallback, the problem+json response, with gin's
+// writer. The default never panics.
+func WithErrorHandler(h ErrorHandler) Option {
+	return optionFunc(func(c *config) { c.onError = h })
+}
+
+func defaultErrorHandler(c *gin.Context, _ error, fallback *core.Response) {
+	if fallback == nil {
+		fallback = core.ProblemResponse(core.ProblemBaseURI, core.ProblemStoreUnavailable, 503,
+			"the idempotency store could not be reached; the request was not processed")
+	}
+	writeResponse(c, fallback)
+}
