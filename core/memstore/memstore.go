@@ -37,9 +37,19 @@ type Store struct {
 	// store keeps tokens strictly increasing and never reused, even when a
 	// record is deleted and created again under the same key.
 	last int64
+	// watchers wakes duplicates waiting on a key (core.Watcher). A watch's
+	// channel is closed exactly when it is removed from this map.
+	watchers map[recKey]map[*watch]struct{}
 }
 
-var _ core.Store = (*Store)(nil)
+type watch struct {
+	ch chan struct{}
+}
+
+var (
+	_ core.Store   = (*Store)(nil)
+	_ core.Watcher = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
@@ -53,6 +63,7 @@ func New(opts ...Option) *Store {
 		clock:      cfg.clock,
 		maxEntries: cfg.maxEntries,
 		recs:       make(map[recKey]*core.Record),
+		watchers:   make(map[recKey]map[*watch]struct{}),
 	}
 }
 
@@ -74,10 +85,29 @@ func (s *Store) lookupLocked(k recKey, now time.Time) (*core.Record, bool) {
 		return nil, false
 	}
 	if expired(r, now) {
-		delete(s.recs, k)
+		s.deleteLocked(k)
 		return nil, false
 	}
 	return r, true
+}
+
+// deleteLocked removes the record k and wakes its watchers. s.mu must be held.
+func (s *Store) deleteLocked(k recKey) {
+	delete(s.recs, k)
+	s.notifyLocked(k)
+}
+
+// notifyLocked wakes every watcher of k: the record changed. s.mu must be
+// held.
+func (s *Store) notifyLocked(k recKey) {
+	ws, ok := s.watchers[k]
+	if !ok {
+		return
+	}
+	for w := range ws {
+		close(w.ch)
+	}
+	delete(s.watchers, k)
 }
 
 func (s *Store) nextTokenLocked() (int64, error) {
@@ -136,6 +166,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			ExpiresAt:   now.Add(req.Retention),
 		}
 		s.recs[k] = r
+		s.notifyLocked(k)
 		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
 
 	case r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
@@ -152,6 +183,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		r.LockedUntil = now.Add(req.Lease)
 		r.ExpiresAt = now.Add(req.Retention)
 		r.Response = nil
+		s.notifyLocked(k)
 		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
 
 	default:
@@ -187,6 +219,7 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 		return fmt.Errorf("memstore: heartbeat: %w", core.ErrLeaseLost)
 	}
 	r.LockedUntil = now.Add(extend)
+	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
 }
 
@@ -206,6 +239,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	}
 	r.Status = core.StatusCompleted
 	r.Response = stored
+	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
 }
 
@@ -222,6 +256,7 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	}
 	r.Status = core.StatusFailed
 	r.Response = nil
+	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
 }
 
@@ -257,11 +292,61 @@ func (s *Store) purgeLocked(now time.Time) int {
 	n := 0
 	for k, r := range s.recs {
 		if expired(r, now) {
-			delete(s.recs, k)
+			s.deleteLocked(k)
 			n++
 		}
 	}
 	return n
+}
+
+// Watch implements core.Watcher: the returned channel is closed at the next
+// change to (scope, key) — a claim, takeover, heartbeat, completion,
+// failure or removal — or when ctx is done or release is called, whichever
+// comes first. A heartbeat changes nothing a waiter acts on, so that
+// wake-up is spurious but harmless; no change is ever missed. release may
+// be called any number of times.
+func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {
+	k := recKey{scope, key}
+	w := &watch{ch: make(chan struct{})}
+	s.mu.Lock()
+	if ctx.Err() != nil {
+		s.mu.Unlock()
+		close(w.ch)
+		return w.ch, func() {}
+	}
+	ws, ok := s.watchers[k]
+	if !ok {
+		ws = make(map[*watch]struct{})
+		s.watchers[k] = ws
+	}
+	ws[w] = struct{}{}
+	s.mu.Unlock()
+
+	// A waiter that forgets to release must not leak its watch past its
+	// request; AfterFunc starts no goroutine until ctx is done.
+	stop := context.AfterFunc(ctx, func() { s.unwatch(k, w) })
+	return w.ch, func() {
+		stop()
+		s.unwatch(k, w)
+	}
+}
+
+// unwatch removes w, closing its channel, unless a change already did.
+func (s *Store) unwatch(k recKey, w *watch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws, ok := s.watchers[k]
+	if !ok {
+		return
+	}
+	if _, ok := ws[w]; !ok {
+		return
+	}
+	delete(ws, w)
+	close(w.ch)
+	if len(ws) == 0 {
+		delete(s.watchers, k)
+	}
 }
 
 // Len returns the number of records held, including expired ones that have
