@@ -81,6 +81,17 @@ func (s *countingStore) Claim(ctx context.Context, req core.ClaimRequest) (core.
 	return s.Store.Claim(ctx, req)
 }
 
+// countingWatcher is countingStore for a store that is also a
+// core.Watcher: wrapping must not hide the capability from the engine.
+type countingWatcher struct {
+	*countingStore
+	w core.Watcher
+}
+
+func (s countingWatcher) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {
+	return s.w.Watch(ctx, scope, key)
+}
+
 // Run runs every scenario against adapter, each with a fresh store from
 // newStore. Scenario names are stable; see the package documentation.
 func Run(t *testing.T, a Adapter, newStore func(t *testing.T) core.Store) {
@@ -134,6 +145,9 @@ func (e *env) start(routes []Route, wrap func(core.Store) core.Store, opts ...co
 	}
 	e.store = &countingStore{Store: inner}
 	var s core.Store = e.store
+	if w, ok := inner.(core.Watcher); ok {
+		s = countingWatcher{countingStore: e.store, w: w}
+	}
 	if wrap != nil {
 		s = wrap(s)
 	}
