@@ -1,0 +1,183 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations
+var migrationFS embed.FS
+
+// lockKey is the pg_advisory_xact_lock key serialising Migrate and
+// partition maintenance across every instance sharing the database
+// ("idemlock" in ASCII). Both are rare and short, so one key for all
+// schemas and tables is simpler than a key per table and costs nothing.
+const lockKey int64 = 0x6964656d6c6f636b
+
+// migration is one versioned step, its SQL rendered for a configuration.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations(c config) ([]migration, error) {
+	dir := path.Join("migrations", c.mode())
+	entries, err := fs.ReadDir(migrationFS, dir)
+	if err != nil {
+		return nil, err
+	}
+	n := c.names()
+	data := map[string]string{
+		"Schema":         n.schema,
+		"Table":          n.table,
+		"Seq":            n.seq,
+		"ExpiresIdx":     n.expiresIdx,
+		"Payload":        n.payload,
+		"PayloadDefault": n.payloadDef,
+		"PayloadIdx":     n.payloadIdx,
+	}
+	var out []migration
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
+			continue
+		}
+		prefix, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(prefix)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration file %s: name must start with a positive version and '_'", name)
+		}
+		src, err := migrationFS.ReadFile(path.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", name, err)
+		}
+		var b bytes.Buffer
+		if err := tmpl.Execute(&b, data); err != nil {
+			return nil, fmt.Errorf("migration %s: %w", name, err)
+		}
+		out = append(out, migration{version: v, name: name, sql: b.String()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
+		}
+	}
+	return out, nil
+}
+
+// Migrate creates or upgrades the store's schema objects: the schema (if
+// missing), the sequence, the tables and indexes, from SQL files embedded in
+// the binary and versioned in a table idem_schema_migrations in the same
+// schema. Pass the same options as to New. In partitioned mode it also
+// creates the payload partitions for today and the configured days ahead.
+//
+// Migrate is idempotent and safe to run concurrently from several instances
+// at start-up: everything happens in one transaction holding a
+// transaction-level advisory lock (pg_advisory_xact_lock), so one instance
+// applies the pending steps and the others then find nothing to do. It
+// refuses to switch an existing table between the plain and partitioned
+// modes.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	if pool == nil {
+		return errors.New("pgstore: migrate: pool is nil")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	migs, err := loadMigrations(cfg)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return migrateTx(ctx, tx, cfg, migs)
+	})
+	if err != nil {
+		return wrap(ctx, "migrate", err)
+	}
+	return nil
+}
+
+func migrateTx(ctx context.Context, tx pgx.Tx, cfg config, migs []migration) error {
+	n := cfg.names()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey); err != nil {
+		return fmt.Errorf("advisory lock: %w", err)
+	}
+	// After the lock: concurrent CREATE ... IF NOT EXISTS can still fail
+	// with a unique violation in the catalogs.
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+n.schema); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.migrations+` (
+    table_name text        NOT NULL,
+    version    integer     NOT NULL,
+    mode       text        NOT NULL,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_name, version)
+)`); err != nil {
+		return fmt.Errorf("create migrations table: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT version, mode FROM `+n.migrations+` WHERE table_name = $1`, cfg.table)
+	if err != nil {
+		return fmt.Errorf("read applied migrations: %w", err)
+	}
+	applied := map[int]bool{}
+	var v int
+	var mode string
+	_, err = pgx.ForEachRow(rows, []any{&v, &mode}, func() error {
+		if mode != cfg.mode() {
+			return fmt.Errorf("table %s.%s was created in %s mode, options ask for %s mode", cfg.schema, cfg.table, mode, cfg.mode())
+		}
+		applied[v] = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range migs {
+		if applied[m.version] {
+			continue
+		}
+		// No arguments: pgx sends the file over the simple protocol, so
+		// it may hold several statements.
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fmt.Errorf("apply %s/%s: %w", cfg.mode(), m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+n.migrations+` (table_name, version, mode, name) VALUES ($1, $2, $3, $4)`,
+			cfg.table, m.version, cfg.mode(), m.name); err != nil {
+			return fmt.Errorf("record %s: %w", m.name, err)
+		}
+	}
+	if cfg.partitioned {
+		var now time.Time
+		if err := tx.QueryRow(ctx, buildStatements(cfg).now).Scan(&now); err != nil {
+			return fmt.Errorf("read clock: %w", err)
+		}
+		for d := 0; d <= cfg.daysAhead; d++ {
+			if err := ensurePartition(ctx, tx, cfg, now.AddDate(0, 0, d)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

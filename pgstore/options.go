@@ -1,0 +1,235 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Option configures New and Migrate. Pass the same options to both: they
+// decide which schema and table the store uses and how it is laid out.
+// A nil Option is ignored.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) {
+	if f != nil {
+		f(c)
+	}
+}
+
+const (
+	defaultSchema = "public"
+	defaultTable  = "idem_records"
+	// DefaultRetentionMargin is the retention margin used unless
+	// WithRetentionMargin says otherwise.
+	DefaultRetentionMargin = time.Hour
+	// maxTableLen leaves room for the suffixes of derived names
+	// ("_payload_p20260101", "_token_seq", ...) within PostgreSQL's
+	// 63-byte identifier limit.
+	maxTableLen  = 40
+	maxSchemaLen = 63
+	maxDaysAhead = 90
+)
+
+type config struct {
+	schema      string
+	table       string
+	partitioned bool
+	daysAhead   int
+	margin      time.Duration
+	txPool      *pgxpool.Pool
+	txIdle      time.Duration
+
+	// clockOffset shifts the database clock the store reads (now() +
+	// offset). Tests only: it lets them drive a record across a day
+	// boundary or past retention without waiting. Zero in production.
+	clockOffset time.Duration
+
+	errs []error
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		schema: defaultSchema,
+		table:  defaultTable,
+		margin: DefaultRetentionMargin,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	errs := c.errs
+	if err := validIdent("schema", c.schema, maxSchemaLen); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validIdent("table", c.table, maxTableLen); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return config{}, fmt.Errorf("pgstore: invalid options: %w", err)
+	}
+	return c, nil
+}
+
+// identRE is deliberately stricter than PostgreSQL: names are quoted with
+// pgx.Identifier.Sanitize anyway, but refusing odd characters keeps derived
+// names (partitions, sequence, index) predictable and greppable.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func validIdent(what, name string, maxLen int) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s name is empty", what)
+	case len(name) > maxLen:
+		return fmt.Errorf("%s name %q is longer than %d bytes", what, name, maxLen)
+	case !identRE.MatchString(name):
+		return fmt.Errorf("%s name %q must match %s", what, name, identRE)
+	}
+	return nil
+}
+
+// WithSchema sets the PostgreSQL schema holding the store's tables.
+// Migrate creates it when missing. The name must be a plain identifier
+// (letters, digits, underscore; not starting with a digit); it is quoted,
+// so it is case-sensitive.
+//
+// Default: "public".
+func WithSchema(name string) Option {
+	return optionFunc(func(c *config) { c.schema = name })
+}
+
+// WithTable sets the name of the records table (and the prefix of every
+// object derived from it: sequence, indexes, payload table, partitions).
+// At most 40 bytes, same character rules as WithSchema.
+//
+// Default: "idem_records".
+func WithTable(name string) Option {
+	return optionFunc(func(c *config) { c.table = name })
+}
+
+// WithPartitioning selects the partitioned retention mode: records keep
+// their ownership state in a small unpartitioned table keyed by (scope, key)
+// and store response payloads in a table range-partitioned by day (UTC),
+// which Maintain drops whole once every payload in a day is past retention
+// plus the margin. daysAhead (1 to 90) is how many days of partitions
+// Maintain (and Migrate) create in advance; a missed maintenance run is
+// harmless for that many days, and even then rows land in a default
+// partition rather than failing. See the package README.
+//
+// Default: not partitioned; a single plain table pruned by Sweep.
+func WithPartitioning(daysAhead int) Option {
+	return optionFunc(func(c *config) {
+		if daysAhead < 1 || daysAhead > maxDaysAhead {
+			c.errs = append(c.errs, fmt.Errorf("partitioning days ahead %d out of range [1, %d]", daysAhead, maxDaysAhead))
+			return
+		}
+		c.partitioned = true
+		c.daysAhead = daysAhead
+	})
+}
+
+// WithRetentionMargin sets how long past its expires_at a record (or a
+// day of payloads) is kept before Sweep or Maintain deletes it. A record
+// past expires_at is already treated as absent by Claim; the margin only
+// keeps it around for inspection and makes deletion run well clear of the
+// instant the key becomes new again. Must not be negative.
+//
+// Default: DefaultRetentionMargin (1h).
+func WithRetentionMargin(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("retention margin %v is negative", d))
+			return
+		}
+		c.margin = d
+	})
+}
+
+// WithTxPool sets the pool Tx begins business transactions on. It must
+// reach the same database as the store's pool. A separate pool keeps the
+// store's own short statements (claims, heartbeats) from queueing behind
+// connections held by long handler transactions; see "Pool sizing" in the
+// README.
+//
+// Default: the pool passed to New.
+func WithTxPool(pool *pgxpool.Pool) Option {
+	return optionFunc(func(c *config) {
+		if pool == nil {
+			c.errs = append(c.errs, errors.New("tx pool is nil"))
+			return
+		}
+		c.txPool = pool
+	})
+}
+
+// WithTxIdleTimeout makes every transaction begun by Tx set
+// idle_in_transaction_session_timeout (SET LOCAL) to d, so that a
+// transaction whose owner never commits or aborts (a leaked handler, a bug
+// in calling code) is ended by the server and its connection freed instead
+// of pinning locks forever. It must exceed the longest pause a handler
+// makes between statements while holding the transaction (for example a
+// call to a payment provider). Zero disables it.
+//
+// Default: 0 (the server's setting applies).
+func WithTxIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("tx idle timeout %v is negative", d))
+			return
+		}
+		c.txIdle = d
+	})
+}
+
+// withClockOffset shifts the database clock the store reads. Tests only.
+func withClockOffset(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.clockOffset = d })
+}
+
+// names holds the quoted identifiers derived from a config.
+type names struct {
+	schema     string // quoted schema
+	table      string // quoted schema.table (claim/records table)
+	payload    string // quoted schema.table_payload (partitioned mode)
+	payloadDef string // quoted default partition
+	seq        string // quoted schema.table_token_seq
+	migrations string // quoted schema.idem_schema_migrations
+	expiresIdx string // quoted bare index name
+	payloadIdx string
+}
+
+func (c config) names() names {
+	q := func(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
+	return names{
+		schema:     q(c.schema),
+		table:      q(c.schema, c.table),
+		payload:    q(c.schema, c.table+"_payload"),
+		payloadDef: q(c.schema, c.table+"_payload_default"),
+		seq:        q(c.schema, c.table+"_token_seq"),
+		migrations: q(c.schema, "idem_schema_migrations"),
+		expiresIdx: q(c.table + "_expires_idx"),
+		payloadIdx: q(c.table + "_payload_expires_idx"),
+	}
+}
+
+// partitionName returns the bare name of the payload partition for the UTC
+// day containing t.
+func (c config) partitionName(t time.Time) string {
+	return c.table + "_p" + t.UTC().Format("20060102")
+}
+
+func (c config) mode() string {
+	if c.partitioned {
+		return "partitioned"
+	}
+	return "plain"
+}

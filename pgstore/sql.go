@@ -1,0 +1,174 @@
+package pgstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// statements holds the SQL text of every statement the store runs on its
+// hot path, built once per Store from its configuration. pgx prepares and
+// caches each per connection (QueryExecModeCacheStatement, its default), so
+// in steady state every call is one round trip: Bind/Execute/Sync.
+type statements struct {
+	claim     string
+	heartbeat string
+	complete  string
+	fail      string
+	get       string
+	sweep     string
+	now       string
+}
+
+// The claim-or-read statement, in both modes, is one
+//
+//	INSERT ... ON CONFLICT (scope, key) DO UPDATE SET col = CASE WHEN <claim> ...
+//
+// whose DO UPDATE has no WHERE: when the claim condition is false, every
+// column is set to its current value. That costs a (HOT) row version on
+// replays and in-flight conflicts, and buys what the WHERE-plus-fallback-
+// SELECT form cannot give: the row returned is always the latest committed
+// version, locked, the one the decision was made on. (A fallback SELECT
+// reads the statement's snapshot, which in READ COMMITTED can predate a
+// concurrent insert or takeover that ON CONFLICT did see: it would return
+// nothing, or a stale version.)
+//
+// Whether the caller claimed is decided by comparing the returned token with
+// the token this statement drew from the sequence (v.tok): tokens are never
+// handed out twice, so equality means this statement wrote it.
+//
+// The guard "r.token < excluded.token" makes tokens strictly increasing per
+// key even in the pathological case of a statement that drew its token,
+// then stalled on the row lock for longer than a whole lease while a later
+// statement took the row over: it then reports the existing record instead
+// of installing a smaller token.
+
+const (
+	// expired: the existing row is past retention and not held by a live
+	// lease: the key is new again (fingerprint irrelevant, CreatedAt reset).
+	condExpired = `(r.expires_at <= excluded.created_at AND NOT (r.status = 'processing' AND r.locked_until > excluded.created_at))`
+	// takeover: same request, and failed or processing with a lapsed lease.
+	condTakeover = `(r.method = excluded.method AND r.route = excluded.route AND r.fingerprint = excluded.fingerprint` +
+		` AND (r.status = 'failed' OR (r.status = 'processing' AND r.locked_until <= excluded.created_at)))`
+	condClaim = `(r.token < excluded.token AND (` + condExpired + ` OR ` + condTakeover + `))`
+	condNew   = `(r.token < excluded.token AND ` + condExpired + `)`
+
+	// fenceWhere: $1 scope, $2 key, $3 token. A processing record that is
+	// past retention with a lapsed lease is treated as absent (Claim would
+	// create it anew), as memstore does.
+	fenceWhere = `scope = $1 AND key = $2 AND token = $3 AND status = 'processing'` +
+		` AND (expires_at > {{NOW}} OR locked_until > {{NOW}})`
+
+	recordCols = `scope, key, method, route, fingerprint, status, token, locked_until, created_at, expires_at`
+)
+
+func claimSet(partitioned bool) string {
+	set := []string{
+		`method = CASE WHEN ` + condClaim + ` THEN excluded.method ELSE r.method END`,
+		`route = CASE WHEN ` + condClaim + ` THEN excluded.route ELSE r.route END`,
+		`fingerprint = CASE WHEN ` + condClaim + ` THEN excluded.fingerprint ELSE r.fingerprint END`,
+		`status = CASE WHEN ` + condClaim + ` THEN 'processing' ELSE r.status END`,
+		`token = CASE WHEN ` + condClaim + ` THEN excluded.token ELSE r.token END`,
+		`locked_until = CASE WHEN ` + condClaim + ` THEN excluded.locked_until ELSE r.locked_until END`,
+		`created_at = CASE WHEN ` + condNew + ` THEN excluded.created_at ELSE r.created_at END`,
+		`expires_at = CASE WHEN ` + condClaim + ` THEN excluded.expires_at ELSE r.expires_at END`,
+		`completed_at = CASE WHEN ` + condClaim + ` THEN NULL ELSE r.completed_at END`,
+	}
+	if !partitioned {
+		set = append(set,
+			`resp_status = CASE WHEN `+condClaim+` THEN NULL ELSE r.resp_status END`,
+			`resp_header = CASE WHEN `+condClaim+` THEN NULL ELSE r.resp_header END`,
+			`resp_body = CASE WHEN `+condClaim+` THEN NULL ELSE r.resp_body END`,
+			`resp_not_retained = CASE WHEN `+condClaim+` THEN false ELSE r.resp_not_retained END`,
+		)
+	}
+	return strings.Join(set, ",\n    ")
+}
+
+func buildStatements(c config) statements {
+	n := c.names()
+	now := "now()"
+	if c.clockOffset != 0 {
+		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
+	}
+	var s statements
+
+	// Parameters: $1 scope, $2 key, $3 method, $4 route, $5 fingerprint,
+	// $6 lease (µs), $7 retention (µs).
+	insert := `WITH v AS (SELECT nextval('` + n.seq + `'::regclass) AS tok, {{NOW}} AS now),
+c AS (
+  INSERT INTO ` + n.table + ` AS r (` + recordCols + `)
+  SELECT $1, $2, $3, $4, $5, 'processing', v.tok,
+         v.now + $6::bigint * interval '1 microsecond', v.now,
+         v.now + $7::bigint * interval '1 microsecond'
+  FROM v
+  ON CONFLICT (scope, key) DO UPDATE SET
+    ` + claimSet(c.partitioned) + `
+  RETURNING r.*
+)
+`
+	if !c.partitioned {
+		s.claim = insert + `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
+       c.locked_until, c.created_at, c.expires_at,
+       c.resp_status, c.resp_header, c.resp_body, c.resp_not_retained, c.resp_status IS NOT NULL,
+       c.token = v.tok, v.now
+FROM c CROSS JOIN v`
+		s.get = `SELECT ` + recordCols + `,
+       resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
+FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
+		s.complete = `UPDATE ` + n.table + `
+SET status = 'completed', completed_at = {{NOW}},
+    resp_status = $4, resp_header = $5, resp_body = $6, resp_not_retained = $7
+WHERE ` + fenceWhere
+	} else {
+		// The payload join reads the statement snapshot; see Store.Claim
+		// for the (rare) case it cannot see a payload committed
+		// concurrently with the claim.
+		s.claim = insert + `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
+       c.locked_until, c.created_at, c.expires_at,
+       p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL,
+       c.token = v.tok, v.now
+FROM c CROSS JOIN v
+LEFT JOIN ` + n.payload + ` p
+  ON p.scope = c.scope AND p.key = c.key AND p.token = c.token AND p.stored_at = c.completed_at`
+		s.get = `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
+       c.locked_until, c.created_at, c.expires_at,
+       p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL, {{NOW}}
+FROM ` + n.table + ` c
+LEFT JOIN ` + n.payload + ` p
+  ON p.scope = c.scope AND p.key = c.key AND p.token = c.token AND p.stored_at = c.completed_at
+WHERE c.scope = $1 AND c.key = $2`
+		// Data-modifying CTE: the payload row is inserted only when the
+		// fenced update matched, in the same statement (and transaction).
+		s.complete = `WITH c AS (
+  UPDATE ` + n.table + ` SET status = 'completed', completed_at = {{NOW}}
+  WHERE ` + fenceWhere + `
+  RETURNING scope, key, token, completed_at, expires_at
+)
+INSERT INTO ` + n.payload + ` (scope, key, token, stored_at, expires_at, resp_status, resp_header, resp_body, resp_not_retained)
+SELECT scope, key, token, completed_at, expires_at, $4, $5, $6, $7 FROM c`
+	}
+	// $4: extension (µs).
+	s.heartbeat = `UPDATE ` + n.table + ` SET locked_until = {{NOW}} + $4::bigint * interval '1 microsecond' WHERE ` + fenceWhere
+	s.fail = `UPDATE ` + n.table + ` SET status = 'failed' WHERE ` + fenceWhere
+
+	// Sweep: bounded batch, oldest first, skipping rows another session
+	// holds (a claim in progress). The row lock taken by FOR UPDATE makes
+	// the re-check of the condition (READ COMMITTED re-evaluates it on the
+	// latest row version) and the delete atomic with respect to claims.
+	// $1: margin (µs), $2: batch size.
+	s.sweep = `DELETE FROM ` + n.table + ` WHERE (scope, key) IN (
+  SELECT scope, key FROM ` + n.table + `
+  WHERE expires_at <= {{NOW}} - $1::bigint * interval '1 microsecond'
+    AND NOT (status = 'processing' AND locked_until > {{NOW}})
+  ORDER BY expires_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+)`
+	s.now = `SELECT {{NOW}}`
+
+	r := strings.NewReplacer("{{NOW}}", now)
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.now} {
+		*p = r.Replace(*p)
+	}
+	return s
+}

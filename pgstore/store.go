@@ -1,0 +1,264 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Store is a core.Store backed by PostgreSQL. It is safe for concurrent use
+// by any number of goroutines and processes sharing the database: the
+// database decides ownership. Create it with New after running Migrate.
+type Store struct {
+	pool   *pgxpool.Pool
+	txPool *pgxpool.Pool
+	cfg    config
+	names  names
+	sql    statements
+}
+
+var _ core.Store = (*Store)(nil)
+
+// New returns a Store using pool. It validates the options and touches no
+// database; run Migrate (with the same options) before first use. New never
+// panics; a nil pool or invalid option is an error.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: new: pool is nil")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		pool:   pool,
+		txPool: pool,
+		cfg:    cfg,
+		names:  cfg.names(),
+		sql:    buildStatements(cfg),
+	}
+	if cfg.txPool != nil {
+		s.txPool = cfg.txPool
+	}
+	return s, nil
+}
+
+// Pool returns the pool the store runs its statements on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Partitioned reports whether the store uses the partitioned retention mode.
+func (s *Store) Partitioned() bool { return s.cfg.partitioned }
+
+// wrap adds the operation to err and makes sure a cancelled or expired
+// context is visible to errors.Is even when pgx reports the failure in its
+// own terms.
+func wrap(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("pgstore: %s: %w: %w", op, cerr, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// Claim implements core.Store: claim-or-read in one statement (see sql.go).
+//
+// In partitioned mode, one case costs a second statement: when the record
+// found is completed but its payload was committed after the claim
+// statement's snapshot was taken (a retry racing the original request's
+// completion to the microsecond), the payload join cannot see it, so Claim
+// reads the record again with Get.
+func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+	const op = "claim"
+	if err := ctx.Err(); err != nil {
+		return core.ClaimResult{}, wrap(ctx, op, err)
+	}
+	if req.Lease <= 0 {
+		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v must be positive", req.Lease)
+	}
+	if req.Retention <= 0 {
+		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: retention %v must be positive", req.Retention)
+	}
+	if req.Lease < time.Microsecond || req.Retention < time.Microsecond {
+		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v and retention %v must be at least 1µs (database precision)", req.Lease, req.Retention)
+	}
+	var (
+		res        core.ClaimResult
+		hasPayload bool
+	)
+	row := s.pool.QueryRow(ctx, s.sql.claim,
+		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+		micros(req.Lease), micros(req.Retention))
+	rs, err := scanRecord(row, &hasPayload, &res.Claimed, &res.Now)
+	if err != nil {
+		return core.ClaimResult{}, wrap(ctx, op, err)
+	}
+	res.Record = rs
+	if res.Record.Status == core.StatusCompleted && !hasPayload {
+		// Partitioned mode only (plain mode reads the response from the
+		// row ON CONFLICT returned). See the method comment.
+		r, err := s.Get(ctx, req.Scope, req.Key)
+		switch {
+		case err == nil && r.Token == res.Record.Token:
+			res.Record = r
+		case err == nil:
+			// The record moved on in between (expired and re-created):
+			// the claim's answer stands, without a payload we cannot see.
+			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: record %q changed while reading its payload; retry", req.Key)
+		default:
+			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: read payload: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// scanRecord scans the common column list (recordCols plus the response
+// columns and a has-payload flag), followed by extra destinations.
+func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (core.Record, error) {
+	var (
+		r           core.Record
+		status      string
+		respStatus  *int32
+		respHeader  []byte
+		respBody    []byte
+		notRetained bool
+	)
+	dst := []any{
+		&r.Scope, &r.Key, &r.Method, &r.Route, &r.Fingerprint, &status, &r.Token,
+		&r.LockedUntil, &r.CreatedAt, &r.ExpiresAt,
+		&respStatus, &respHeader, &respBody, &notRetained, hasPayload,
+	}
+	if err := row.Scan(append(dst, extra...)...); err != nil {
+		return core.Record{}, err
+	}
+	r.Status = core.Status(status)
+	if r.Status == core.StatusCompleted && *hasPayload && respStatus != nil {
+		resp := &core.StoredResponse{
+			Status:      int(*respStatus),
+			Body:        respBody,
+			NotRetained: notRetained,
+		}
+		if len(respHeader) > 0 {
+			if err := json.Unmarshal(respHeader, &resp.Header); err != nil {
+				return core.Record{}, fmt.Errorf("decode stored headers: %w", err)
+			}
+		}
+		r.Response = resp
+	}
+	return r, nil
+}
+
+// Heartbeat implements core.Store. One UPDATE.
+func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+	const op = "heartbeat"
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err)
+	}
+	if extend < time.Microsecond {
+		return fmt.Errorf("pgstore: heartbeat: extension %v must be positive (at least 1µs)", extend)
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.heartbeat, f.Scope, f.Key, f.Token, micros(extend))
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: heartbeat: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Complete implements core.Store: one fenced statement (UPDATE, or in
+// partitioned mode an UPDATE plus the payload INSERT in one CTE).
+//
+// When ctx carries the lease for f and a transaction was begun for it by
+// Tx, the fenced statement runs inside that transaction, which is then
+// committed: the handler's writes and the stored response become one atomic
+// fact. If the fence no longer matches, the transaction is rolled back (the
+// handler's writes vanish) and ErrLeaseLost is returned.
+func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+	const op = "complete"
+	if err := ctx.Err(); err != nil {
+		s.abandonTx(ctx, f)
+		return wrap(ctx, op, err)
+	}
+	if resp.Status < 100 || resp.Status > 999 {
+		s.abandonTx(ctx, f)
+		return fmt.Errorf("pgstore: complete: invalid response status %d", resp.Status)
+	}
+	var header []byte
+	if len(resp.Header) > 0 {
+		var err error
+		if header, err = json.Marshal(resp.Header); err != nil {
+			s.abandonTx(ctx, f)
+			return fmt.Errorf("pgstore: complete: encode headers: %w", err)
+		}
+	}
+	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
+
+	if tx := s.takeTx(ctx, f); tx != nil {
+		return s.completeInTx(ctx, tx, args)
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.complete, args...)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: complete: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Fail implements core.Store. One UPDATE. A transaction begun by Tx for
+// this lease is rolled back first.
+func (s *Store) Fail(ctx context.Context, f core.Fence) error {
+	const op = "fail"
+	s.abandonTx(ctx, f)
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err)
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.fail, f.Scope, f.Key, f.Token)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: fail: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Get implements core.Store. One SELECT. An expired record is returned as
+// stored, except in partitioned mode when its payload partition was already
+// dropped: it is then reported as ErrNotFound, as if swept.
+func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+	const op = "get"
+	if err := ctx.Err(); err != nil {
+		return core.Record{}, wrap(ctx, op, err)
+	}
+	var (
+		hasPayload bool
+		now        time.Time
+	)
+	r, err := scanRecord(s.pool.QueryRow(ctx, s.sql.get, scope, key), &hasPayload, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return core.Record{}, fmt.Errorf("pgstore: get: %w", core.ErrNotFound)
+	}
+	if err != nil {
+		return core.Record{}, wrap(ctx, op, err)
+	}
+	if r.Status == core.StatusCompleted && !hasPayload {
+		// Only possible in partitioned mode: the payload's partition is
+		// gone. That is legitimate only past retention.
+		if !now.Before(r.ExpiresAt) {
+			return core.Record{}, fmt.Errorf("pgstore: get: %w (expired, payload dropped)", core.ErrNotFound)
+		}
+		return core.Record{}, fmt.Errorf("pgstore: get: completed record %q has no payload (payload partition dropped before expiry?)", key)
+	}
+	return r, nil
+}
