@@ -1,0 +1,296 @@
+// Command payments is a payments API protected by idem, served through any
+// of idem's adapters. With no flags it runs self-contained on 127.0.0.1:8080
+// (memstore, an in-memory ledger and a simulated payment provider):
+//
+//	go run ./examples/payments
+//
+//	curl -i -X POST localhost:8080/v1/payments -H 'X-User-ID: u1' \
+//	     -H 'Idempotency-Key: k1' -d '{"amount":1000,"currency":"JPY","to":"alice"}'
+//
+// Flags:
+//
+//	-addr 127.0.0.1:8080        listen address (port 0: any free port; the
+//	                            "listening" log line tells which)
+//	-framework nethttp          nethttp | gin | echo | fiber
+//	-dsn URL                    PostgreSQL (default: $DATABASE_URL): pgstore in
+//	                            transactional mode, the ledger table in the same
+//	                            database, both migrated at start; a search_path
+//	                            in the DSN selects the schema (default public)
+//	-provider-url URL           external payment provider (default: simulated)
+//	-provider-latency 300ms     latency of the simulated provider
+//	-lease 30s                  idem lease (core.WithLease)
+//	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
+//	-log text                   log format on stderr: text | json
+//
+// API:
+//
+//	POST /v1/payments   X-User-ID (the scope; missing: 401, before idem),
+//	                    Idempotency-Key (required),
+//	                    {"amount":1000,"currency":"JPY","to":"alice"}
+//	                    -> 201 {"id","amount","currency","to","provider_charge_id"}
+//	                    (a bad body is a 400, stored and replayed like any
+//	                    final response; a provider failure is a 502 and leaves
+//	                    the key retryable)
+//	GET  /v1/payments   X-User-ID -> 200, that user's ledger rows (JSON array)
+//	GET  /healthz       -> 200
+//
+// The external provider protocol: POST {provider-url}/v1/charges with header
+// Idempotency-Key = core.RelayKey(ctx, "charge") and body
+// {"amount","currency","to"}, answered 200 {"id":"ch_..."}; any other answer
+// is a failure.
+//
+// The business logic (service.go) is written once; each serve_<framework>.go
+// only mounts it behind that framework's idem adapter. SIGINT or SIGTERM
+// shuts the server down gracefully: requests in flight finish and commit.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// serveFunc serves a on ln until ctx is done, then shuts down gracefully.
+type serveFunc func(ctx context.Context, ln net.Listener, a *app) error
+
+// frameworks maps -framework values to their serve functions.
+var frameworks = map[string]serveFunc{
+	"nethttp": serveNetHTTP,
+}
+
+// app is what every framework mounts.
+type app struct {
+	svc *Service
+	eng *core.Engine
+	log *slog.Logger
+}
+
+type config struct {
+	addr            string
+	framework       string
+	dsn             string
+	providerURL     string
+	providerLatency time.Duration
+	lease           time.Duration
+	wait            time.Duration
+	logFormat       string
+}
+
+const (
+	shutdownTimeout = 15 * time.Second
+	providerTimeout = 10 * time.Second
+	maintainEvery   = 10 * time.Minute
+)
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		os.Exit(1)
+	}
+}
+
+func frameworkNames() []string {
+	names := make([]string, 0, len(frameworks))
+	for n := range frameworks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&cfg.framework, "framework", "nethttp", "HTTP framework: "+strings.Join(frameworkNames(), " | "))
+	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN (default $DATABASE_URL); empty: in-memory store and ledger")
+	fs.StringVar(&cfg.providerURL, "provider-url", "", "external payment provider base URL (default: in-process simulation)")
+	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
+	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
+	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
+	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if _, ok := frameworks[cfg.framework]; !ok {
+		return cfg, fmt.Errorf("-framework %q: want one of %s", cfg.framework, strings.Join(frameworkNames(), ", "))
+	}
+	if !slices.Contains([]string{"text", "json"}, cfg.logFormat) {
+		return cfg, fmt.Errorf("-log %q: want text or json", cfg.logFormat)
+	}
+	if cfg.providerLatency < 0 {
+		return cfg, fmt.Errorf("-provider-latency %v is negative", cfg.providerLatency)
+	}
+	return cfg, nil
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// run builds the app from cfg and serves it until ctx is done.
+func run(ctx context.Context, cfg config, logOut io.Writer) error {
+	log := newLogger(cfg.logFormat, logOut)
+
+	var provider Provider
+	providerDesc := "simulated"
+	if cfg.providerURL != "" {
+		provider = newHTTPProvider(cfg.providerURL, providerTimeout)
+		providerDesc = cfg.providerURL
+	} else {
+		provider = newSimProvider(cfg.providerLatency, log)
+	}
+
+	var (
+		store     core.Store
+		ledger    Ledger
+		storeDesc string
+	)
+	if cfg.dsn == "" {
+		ml := newMemLedger()
+		store = ledgerStore{Store: memstore.New(), ledger: ml, log: log}
+		ledger = ml
+		storeDesc = "memstore"
+	} else {
+		pool, ps, pl, schema, err := openPG(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		store, ledger = ps, pl
+		storeDesc = "pgstore (transactional, schema " + schema + ")"
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go maintain(mctx, ps, maintainEvery, log)
+	}
+
+	eng, err := core.New(store,
+		core.WithLease(cfg.lease),
+		core.WithWait(cfg.wait),
+		core.WithLogger(log),
+	)
+	if err != nil {
+		return err
+	}
+	a := &app{svc: &Service{ledger: ledger, provider: provider, log: log}, eng: eng, log: log}
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
+		"provider", providerDesc, "lease", cfg.lease, "wait", cfg.wait)
+	err = frameworks[cfg.framework](ctx, ln, a)
+	log.Info("stopped", "err", err)
+	return err
+}
+
+// openPG connects, migrates the store and the ledger, and builds both. The
+// schema is the first entry of the DSN's search_path, else "public".
+func openPG(ctx context.Context, cfg config) (*pgxpool.Pool, *pgstore.Store, *pgLedger, string, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.dsn)
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("-dsn: %w", err)
+	}
+	schema := schemaFromSearchPath(pcfg.ConnConfig.RuntimeParams["search_path"])
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(cctx, pcfg)
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("connect: %w", err)
+	}
+	fail := func(err error) (*pgxpool.Pool, *pgstore.Store, *pgLedger, string, error) {
+		pool.Close()
+		return nil, nil, nil, "", err
+	}
+	if err := pool.Ping(cctx); err != nil {
+		return fail(fmt.Errorf("connect: %w", err))
+	}
+	opts := []pgstore.Option{
+		pgstore.WithSchema(schema),
+		// A handler holds its transaction across the provider call; end a
+		// transaction abandoned by a bug rather than pin its locks forever.
+		pgstore.WithTxIdleTimeout(2*providerTimeout + cfg.lease),
+	}
+	if err := pgstore.Migrate(cctx, pool, opts...); err != nil {
+		return fail(err)
+	}
+	store, err := pgstore.New(pool, opts...)
+	if err != nil {
+		return fail(err)
+	}
+	ledger := newPGLedger(pool, schema)
+	if err := ledger.migrate(cctx); err != nil {
+		return fail(fmt.Errorf("ledger migration: %w", err))
+	}
+	return pool, store, ledger, schema, nil
+}
+
+func schemaFromSearchPath(sp string) string {
+	first, _, _ := strings.Cut(sp, ",")
+	first = strings.Trim(strings.TrimSpace(first), `"`)
+	if first == "" || strings.HasPrefix(first, "$") {
+		return "public"
+	}
+	return first
+}
+
+// serveHTTP serves h on ln until ctx is done, then shuts down gracefully:
+// requests in flight finish (and commit) before it returns.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}

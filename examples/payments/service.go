@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Payment is one ledger row, and the body of a 201.
+type Payment struct {
+	ID               string    `json:"id"`
+	Amount           int64     `json:"amount"`
+	Currency         string    `json:"currency"`
+	To               string    `json:"to"`
+	ProviderChargeID string    `json:"provider_charge_id"`
+	CreatedAt        time.Time `json:"-"`
+}
+
+// Ledger is where payments are booked.
+type Ledger interface {
+	// Record books p for user as part of the current idem execution (ctx is
+	// the handler's context): the row must become visible only if the
+	// execution's response is committed.
+	Record(ctx context.Context, user string, p Payment) error
+	// List returns user's payments, oldest first.
+	List(ctx context.Context, user string) ([]Payment, error)
+}
+
+// Charge is what is sent to the payment provider.
+type Charge struct {
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	To       string `json:"to"`
+}
+
+// Provider charges money. key is the idempotency key relayed to it
+// (core.RelayKey): the provider deduplicates on it.
+type Provider interface {
+	Charge(ctx context.Context, key string, c Charge) (chargeID string, err error)
+}
+
+// Service is the payments business logic, written once. It knows nothing
+// of HTTP frameworks: each serve_<framework>.go file only mounts it behind
+// that framework's idem adapter.
+type Service struct {
+	ledger   Ledger
+	provider Provider
+	log      *slog.Logger
+}
+
+// relayLabel names the provider call for core.RelayKey.
+const relayLabel = "charge"
+
+// CreatePayment handles POST /v1/payments for user with the request body.
+// It must run under idem (ctx carries the lease): the provider gets
+// core.RelayKey(ctx, "charge") and the ledger row is written in the
+// execution (pgstore.Tx in PostgreSQL mode). It returns the status and the
+// JSON body to send; see contentType.
+//
+//   - 400: the body is not {"amount": integer > 0, "currency", "to"}; final,
+//     so idem stores and replays it like any final response.
+//   - 502: the provider failed; 5xx leaves the key retryable.
+//   - 500: the ledger write failed; retryable too.
+//   - 201: the payment.
+func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (int, []byte) {
+	c, err := parseCharge(body)
+	if err != nil {
+		return problem(http.StatusBadRequest, "invalid-payment", "Invalid payment", err.Error())
+	}
+	relay := core.RelayKey(ctx, relayLabel)
+	if relay == "" {
+		// Mounted without idem: refuse rather than charge unprotected.
+		return problem(http.StatusInternalServerError, "not-protected", "Not protected",
+			"the payment handler must run behind the idem middleware")
+	}
+	chargeID, err := s.provider.Charge(ctx, relay, c)
+	if err != nil {
+		s.log.WarnContext(ctx, "provider charge failed", "user", user, "err", err)
+		return problem(http.StatusBadGateway, "provider-failed", "Payment provider failed",
+			"the payment provider did not confirm the charge; retry with the same Idempotency-Key")
+	}
+	p := Payment{
+		ID:               paymentID(ctx),
+		Amount:           c.Amount,
+		Currency:         c.Currency,
+		To:               c.To,
+		ProviderChargeID: chargeID,
+		CreatedAt:        time.Now().UTC(),
+	}
+	if err := s.ledger.Record(ctx, user, p); err != nil {
+		s.log.ErrorContext(ctx, "ledger write failed", "user", user, "err", err)
+		return problem(http.StatusInternalServerError, "ledger-failed", "Ledger write failed",
+			"the payment could not be booked; retry with the same Idempotency-Key")
+	}
+	s.log.InfoContext(ctx, "payment booked", "user", user, "payment", p.ID, "amount", p.Amount,
+		"currency", p.Currency, "charge", p.ProviderChargeID)
+	out, err := json.Marshal(p)
+	if err != nil {
+		return problem(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
+	}
+	return http.StatusCreated, out
+}
+
+// ListPayments handles GET /v1/payments for user.
+func (s *Service) ListPayments(ctx context.Context, user string) (int, []byte) {
+	ps, err := s.ledger.List(ctx, user)
+	if err != nil {
+		s.log.ErrorContext(ctx, "ledger read failed", "user", user, "err", err)
+		return problem(http.StatusInternalServerError, "ledger-failed", "Ledger read failed", "the ledger could not be read")
+	}
+	if ps == nil {
+		ps = []Payment{}
+	}
+	out, err := json.Marshal(ps)
+	if err != nil {
+		return problem(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
+	}
+	return http.StatusOK, out
+}
+
+// userHeader carries the demo's authentication: the user ID, which is also
+// idem's scope.
+const userHeader = "X-User-ID"
+
+// unauthorized is the response to a request without X-User-ID. It is
+// written before idem runs, so it is never stored.
+func unauthorized() (int, []byte) {
+	return problem(http.StatusUnauthorized, "unauthenticated", "Unauthenticated", "the "+userHeader+" header is required")
+}
+
+// contentType is the media type of a body returned by the service.
+func contentType(status int) string {
+	if status >= 400 {
+		return "application/problem+json"
+	}
+	return "application/json"
+}
+
+func healthBody() []byte { return []byte(`{"status":"ok"}`) }
+
+// problemBase prefixes this example's own problem types (idem's are under
+// core.ProblemBaseURI).
+const problemBase = "https://idemkit.dev/examples/payments/problems/"
+
+func problem(status int, typ, title, detail string) (int, []byte) {
+	b, err := json.Marshal(core.Problem{Type: problemBase + typ, Title: title, Status: status, Detail: detail})
+	if err != nil {
+		b = []byte(`{"status":500}`)
+	}
+	return status, b
+}
+
+// maxAmount keeps amounts well inside every integer type on the way.
+const maxAmount = 1 << 53
+
+func parseCharge(body []byte) (Charge, error) {
+	var in struct {
+		Amount   json.Number `json:"amount"`
+		Currency string      `json:"currency"`
+		To       string      `json:"to"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&in); err != nil {
+		return Charge{}, fmt.Errorf("the body must be a JSON object {\"amount\",\"currency\",\"to\"}: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Charge{}, errors.New("the body must hold a single JSON object")
+	}
+	if in.Amount == "" {
+		return Charge{}, errors.New("amount is required")
+	}
+	amount, err := in.Amount.Int64()
+	if err != nil || amount <= 0 || amount > maxAmount {
+		return Charge{}, fmt.Errorf("amount must be an integer between 1 and %d, got %s", int64(maxAmount), in.Amount)
+	}
+	in.Currency = strings.TrimSpace(in.Currency)
+	if len(in.Currency) != 3 || strings.ToUpper(in.Currency) != in.Currency || !isLetters(in.Currency) {
+		return Charge{}, fmt.Errorf("currency must be an ISO 4217 code such as \"JPY\", got %q", in.Currency)
+	}
+	in.To = strings.TrimSpace(in.To)
+	if in.To == "" || len(in.To) > 200 {
+		return Charge{}, errors.New("to must be a non-empty recipient of at most 200 bytes")
+	}
+	return Charge{Amount: amount, Currency: in.Currency, To: in.To}, nil
+}
+
+func isLetters(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// paymentID derives the payment's ID from (user, key) with core.RelayKey:
+// a re-run of the same request (after a provider failure, or by another
+// instance after a takeover) books under the same ID, which the ledger's
+// primary key then refuses to book twice — a third wall behind idem's
+// record and the provider's deduplication.
+func paymentID(ctx context.Context) string {
+	if k := core.RelayKey(ctx, "payment"); k != "" {
+		return "pay_" + strings.TrimPrefix(k, "idem_")[:24]
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "pay_" + hex.EncodeToString(b[:])
+}
