@@ -1,0 +1,44 @@
+// Package fiberidem adapts idem to Fiber (github.com/gofiber/fiber/v2): New
+// returns a fiber.Handler that runs the rest of the chain at most once per
+// (scope, Idempotency-Key), replays the recorded response to retries, and
+// refuses a key reused with a different request.
+//
+//	app.Post("/v1/payments", fiberidem.New(eng, fiberidem.WithScope(userID)), createPayment)
+//
+// The adapter only translates; every policy (which methods, key syntax,
+// fingerprint, what is stored, problem responses) is the engine's, see
+// package core.
+//
+// # Fiber specifics
+//
+//   - fasthttp reuses request and response buffers: strings from c.Get,
+//     c.Path, c.Method and slices from c.Body or c.Response().Body() change
+//     under you after the handler returns. fiberidem copies every header,
+//     the key, the method, the route, the scope and the response body before
+//     the engine or the store sees them, and keeps no reference to the
+//     *fiber.Ctx after the handler returns.
+//   - The route in the fingerprint is c.Route().Path when idem is mounted on
+//     the route, and the request path when it is registered with app.Use
+//     (see WithRoute).
+//   - The handler's context is c.UserContext(), which carries the lease;
+//     the previous user context is restored when the handler returns.
+//   - An error returned by the handler is rendered by the app's error
+//     handler (c.App().ErrorHandler, which honours mounted sub-apps) inside
+//     the middleware, so the stored response is what the client saw; the
+//     error is not returned further up the chain. A fiber.NewError(400, ...)
+//     is therefore stored and replayed; a plain error renders 500, which
+//     the default policy leaves retryable.
+//   - A panic in the handler is recovered: the key is released (Abort) and a
+//     500 problem is written in place of whatever the handler had set.
+//     Headers that middleware before idem had set are kept.
+//   - Responses with a body stream (c.SendStream,
+//     c.Context().SetBodyStreamWriter, large c.SendFile) or a hijacked
+//     connection are recorded as streamed, bodies larger than
+//     core.WithMaxResponseBytes as truncated: a retry gets the not-retained
+//     problem, never a second execution. fasthttp sends a body stream only
+//     after the handler returns, so even those responses are replaced by a
+//     problem when Commit fails.
+//   - Register compression (middleware/compress) before idem, so that idem
+//     records the uncompressed response; replays are then compressed again
+//     on the way out.
+package fiberidem
