@@ -577,4 +577,3 @@ func TestEarlyHints(t *testing.T) {
 	assert.Equal(t, "done", r2.body)
 	assert.Equal(t, "true", r2.header.Get(core.ReplayedHeader))
 }
-
