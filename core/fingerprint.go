@@ -6,10 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"hash"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // FingerprintInput is what identifies "the same request" under one key.
@@ -82,17 +85,27 @@ func writeBytes(h hash.Hash, b []byte) {
 // canonicalJSON re-encodes body with sorted object keys and no insignificant
 // whitespace. Numbers keep their literal text (json.Number), so 1.0 and 1 stay
 // distinct and large integers are not rounded.
+//
+// Canonical form may only merge bodies that every JSON reader takes for the
+// same value; anything else is reported as not canonical (ok false), so the
+// body is fingerprinted as raw bytes and a retry must repeat it exactly:
+//   - invalid UTF-8, and strings holding U+FFFD: encoding/json replaces each
+//     invalid byte or lone surrogate escape (\ud800) with U+FFFD, which
+//     would merge {"to":"\xff"} with {"to":"\xfe"};
+//   - duplicate object keys: {"amount":1,"amount":5} would merge with
+//     {"amount":5}, while a first-wins reader charges 1;
+//   - nesting deeper than maxCanonicalDepth.
 func canonicalJSON(body []byte) ([]byte, bool) {
+	if !utf8.Valid(body) {
+		return nil, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := canonicalValue(dec, 0)
+	if err != nil {
 		return nil, false
 	}
-	if dec.More() { // trailing data: not one JSON value
-		return nil, false
-	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF { // trailing data: not one JSON value
 		return nil, false
 	}
 	// encoding/json sorts map keys and escapes consistently.
@@ -101,4 +114,70 @@ func canonicalJSON(body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+const maxCanonicalDepth = 1000
+
+var errNotCanonical = errors.New("not canonicalizable")
+
+// canonicalValue reads one JSON value token by token, refusing what
+// canonicalJSON must not merge.
+func canonicalValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxCanonicalDepth {
+		return nil, errNotCanonical
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok || strings.ContainsRune(k, utf8.RuneError) {
+					return nil, errNotCanonical
+				}
+				if _, dup := obj[k]; dup {
+					return nil, errNotCanonical
+				}
+				v, err := canonicalValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				obj[k] = v
+			}
+			if _, err := dec.Token(); err != nil { // '}'
+				return nil, err
+			}
+			return obj, nil
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				v, err := canonicalValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			if _, err := dec.Token(); err != nil { // ']'
+				return nil, err
+			}
+			return arr, nil
+		}
+		return nil, errNotCanonical
+	case string:
+		if strings.ContainsRune(t, utf8.RuneError) {
+			return nil, errNotCanonical
+		}
+		return t, nil
+	default: // json.Number, bool, nil
+		return t, nil
+	}
 }
