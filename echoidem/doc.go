@@ -12,6 +12,11 @@
 // fingerprint, and Pre middleware runs before the router sets it (the
 // request path is used then).
 //
+// Registered with Echo#Use, the middleware also sees requests no route
+// matched (c.Path() is then ""): a POST to an unknown path without a key is
+// answered 400 (missing key) rather than 404. To leave those to Echo, pass
+// WithSkipper(func(c echo.Context) bool { return c.Path() == "" }).
+//
 // How it fits Echo:
 //
 //   - The handler's response is buffered by a core.Recorder installed as

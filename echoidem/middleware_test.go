@@ -752,3 +752,45 @@ func TestRequestBodyTooLarge(t *testing.T) {
 		t.Errorf("got %v, runs %d", r, runs.Load())
 	}
 }
+
+// Hooks registered with c.Response().Before by outer middleware run once per
+// response actually sent: during capture (their headers go out with the
+// handler's response) and again for a replay written through echo's writer.
+func TestResponseBeforeHooks(t *testing.T) {
+	s := newServer(t, nil)
+	var hooks atomic.Int32
+	s.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Before(func() {
+				hooks.Add(1)
+				c.Response().Header().Set("X-Served-By", "hook")
+			})
+			return next(c)
+		}
+	})
+	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }, echoidem.Middleware(s.eng))
+	s.start()
+	first := s.do("POST", "/x", "k", "")
+	if first.status != 201 || first.header.Get("X-Served-By") != "hook" || hooks.Load() != 1 {
+		t.Fatalf("first: %v, hooks %d", first, hooks.Load())
+	}
+	replay := s.do("POST", "/x", "k", "")
+	sameAsFirst(t, first, replay)
+	if replay.header.Get("X-Served-By") != "hook" || hooks.Load() != 2 {
+		t.Errorf("replay: %v, hooks %d", replay, hooks.Load())
+	}
+}
+
+// The skipper idiom from the package documentation leaves unrouted
+// requests to Echo when the middleware is registered with Echo#Use.
+func TestUseWithUnmatchedRouteSkipper(t *testing.T) {
+	s := newServer(t, nil)
+	s.e.Use(echoidem.Middleware(s.eng, echoidem.WithSkipper(func(c echo.Context) bool { return c.Path() == "" })))
+	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") })
+	s.start()
+	if r := s.do("POST", "/nope", "", ""); r.status != http.StatusNotFound {
+		t.Errorf("unrouted: %v", r)
+	}
+	first := s.do("POST", "/x", "k", "")
+	sameAsFirst(t, first, s.do("POST", "/x", "k", ""))
+}
