@@ -76,6 +76,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) core.Store) {
 		{"Scope", []testCase{
 			{"Isolation", testScopeIsolation},
 			{"NoConcatenationCollision", testScopeNoCollision},
+			{"Empty", testScopeEmpty},
 		}},
 		{"Response", []testCase{
 			{"StatusAndHeaders", testResponseHeaders},
@@ -365,7 +366,9 @@ func testClaimFailedTakeover(t *testing.T, s core.Store) {
 	assert.Equal(t, first.Record.Token, failed.Token)
 	assert.Nil(t, failed.Response)
 
-	req.Lease = 2 * time.Minute
+	// Different durations than the first claim, so that the check below
+	// sees a takeover compute both from its own request and its own now.
+	req.Lease, req.Retention = 2*time.Minute, 2*time.Hour
 	again := claim(t, s, req)
 	require.True(t, again.Claimed, "a failed record is taken over by the same request")
 	rec := again.Record
@@ -425,12 +428,13 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 		requireSameRecord(t, first.Record, res.Record, "Claim with another "+c.name)
 	}
 
-	req.Lease = longLease
+	req.Lease, req.Retention = longLease, 2*longRetention
 	again := claim(t, s, req)
 	require.True(t, again.Claimed, "a lapsed lease is taken over by the same request")
 	assert.Greater(t, again.Record.Token, first.Record.Token, "takeover bumps the token")
 	assert.Equal(t, core.StatusProcessing, again.Record.Status)
-	requireNear(t, again.Now.Add(longLease), again.Record.LockedUntil, "LockedUntil = Now + Lease after takeover")
+	requireNear(t, again.Now.Add(req.Lease), again.Record.LockedUntil, "LockedUntil = Now + Lease after takeover")
+	requireNear(t, again.Now.Add(req.Retention), again.Record.ExpiresAt, "ExpiresAt = Now + Retention after takeover")
 
 	// The new owner's lease is live: nobody else takes it over.
 	third := claim(t, s, req)
@@ -645,6 +649,23 @@ func testScopeNoCollision(t *testing.T, s core.Store) {
 	reqB.Scope, reqB.Key = p+"a:b", "c"
 	claimNew(t, s, reqA)
 	claimNew(t, s, reqB)
+}
+
+func testScopeEmpty(t *testing.T, s core.Store) {
+	// The engine uses the empty scope when no tenant is configured; it is a
+	// scope like any other.
+	reqE, reqX := newReq(), newReq()
+	reqE.Scope = ""
+	reqX.Key = reqE.Key
+	e := claimNew(t, s, reqE)
+	assert.Equal(t, "", e.Record.Scope)
+	claimNew(t, s, reqX)
+	resp := sampleResponse()
+	require.NoError(t, s.Complete(t.Context(), fence(e.Record), resp))
+	replay := claim(t, s, reqE)
+	require.False(t, replay.Claimed)
+	requireSameResponse(t, &resp, replay.Record.Response, "replay in the empty scope")
+	assert.Equal(t, core.StatusProcessing, get(t, s, reqX.Scope, reqX.Key).Status, "another scope is unaffected")
 }
 
 // --------------------------------------------------------------- response
