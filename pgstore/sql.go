@@ -19,18 +19,29 @@ type statements struct {
 	now       string
 }
 
-// The claim-or-read statement, in both modes, is one
+// The claim-or-read statement, in both modes, is one statement with three
+// parts (CTEs):
 //
-//	INSERT ... ON CONFLICT (scope, key) DO UPDATE SET col = CASE WHEN <claim> ...
-//
-// whose DO UPDATE has no WHERE: when the claim condition is false, every
-// column is set to its current value. That costs a (HOT) row version on
-// replays and in-flight conflicts, and buys what the WHERE-plus-fallback-
-// SELECT form cannot give: the row returned is always the latest committed
-// version, locked, the one the decision was made on. (A fallback SELECT
-// reads the statement's snapshot, which in READ COMMITTED can predate a
-// concurrent insert or takeover that ON CONFLICT did see: it would return
-// nothing, or a stale version.)
+//   - e: read the row as the statement's snapshot sees it, keeping it only
+//     if it is NOT claimable (completed and unexpired, processing under a
+//     live lease, or failed with another fingerprint). Such a row is the
+//     answer: returning the snapshot's version is linearizable (the snapshot
+//     is taken within the call), and the common retry (a replay of a
+//     completed key) or in-flight duplicate costs a pure read: no row lock,
+//     no WAL, no commit flush.
+//   - c: otherwise (no row visible, or a claimable one),
+//     INSERT ... ON CONFLICT (scope, key) DO UPDATE SET col = CASE WHEN
+//     <claim> ...: the insert or takeover happens under the row lock, on the
+//     latest committed version. The DO UPDATE has no WHERE: when the claim
+//     condition turns out false on the latest version (a concurrent request
+//     claimed first, after our snapshot), every column is set to its current
+//     value, so RETURNING still yields the row the decision was made on.
+//     (The alternative, DO UPDATE ... WHERE plus a fallback SELECT, reads the
+//     statement's snapshot, which in READ COMMITTED can predate the
+//     concurrent insert ON CONFLICT saw: it would return no row at all, or a
+//     stale version.) This path writes a row version even when it does not
+//     claim; it is only taken when the snapshot said the key was claimable.
+//   - x: the one row from c or e.
 //
 // Whether the caller claimed is decided by comparing the returned token with
 // the token this statement drew from the sequence (v.tok): tokens are never
@@ -51,6 +62,12 @@ const (
 		` AND (r.status = 'failed' OR (r.status = 'processing' AND r.locked_until <= excluded.created_at)))`
 	condClaim = `(r.token < excluded.token AND (` + condExpired + ` OR ` + condTakeover + `))`
 	condNew   = `(r.token < excluded.token AND ` + condExpired + `)`
+
+	// condClaimableSnapshot is the same test as condClaim, for the snapshot
+	// read (v.now is the statement's clock, $3-$5 the request).
+	condClaimableSnapshot = `((r.expires_at <= v.now AND NOT (r.status = 'processing' AND r.locked_until > v.now))` +
+		` OR (r.method = $3 AND r.route = $4 AND r.fingerprint = $5` +
+		` AND (r.status = 'failed' OR (r.status = 'processing' AND r.locked_until <= v.now))))`
 
 	// fenceWhere: $1 scope, $2 key, $3 token. A processing record that is
 	// past retention with a lapsed lease is treated as absent (Claim would
@@ -94,24 +111,35 @@ func buildStatements(c config) statements {
 
 	// Parameters: $1 scope, $2 key, $3 method, $4 route, $5 fingerprint,
 	// $6 lease (µs), $7 retention (µs).
-	insert := `WITH v AS (SELECT nextval('` + n.seq + `'::regclass) AS tok, {{NOW}} AS now),
+	claim := `WITH v AS (SELECT {{NOW}} AS now),
+t AS (SELECT nextval('` + n.seq + `'::regclass) AS tok),
+e AS (
+  SELECT r.* FROM ` + n.table + ` r CROSS JOIN v
+  WHERE r.scope = $1 AND r.key = $2 AND NOT ` + condClaimableSnapshot + `
+),
 c AS (
   INSERT INTO ` + n.table + ` AS r (` + recordCols + `)
-  SELECT $1, $2, $3, $4, $5, 'processing', v.tok,
+  SELECT $1, $2, $3, $4, $5, 'processing', t.tok,
          v.now + $6::bigint * interval '1 microsecond', v.now,
          v.now + $7::bigint * interval '1 microsecond'
-  FROM v
+  FROM v CROSS JOIN t
+  WHERE NOT EXISTS (SELECT 1 FROM e)
   ON CONFLICT (scope, key) DO UPDATE SET
     ` + claimSet(c.partitioned) + `
   RETURNING r.*
+),
+x AS (
+  SELECT c.*, c.token = t.tok AS claimed FROM c CROSS JOIN t
+  UNION ALL
+  SELECT e.*, false FROM e
 )
 `
 	if !c.partitioned {
-		s.claim = insert + `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
-       c.locked_until, c.created_at, c.expires_at,
-       c.resp_status, c.resp_header, c.resp_body, c.resp_not_retained, c.resp_status IS NOT NULL,
-       c.token = v.tok, v.now
-FROM c CROSS JOIN v`
+		s.claim = claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
+       x.locked_until, x.created_at, x.expires_at,
+       x.resp_status, x.resp_header, x.resp_body, x.resp_not_retained, x.resp_status IS NOT NULL,
+       x.claimed, v.now
+FROM x CROSS JOIN v`
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
 FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
@@ -123,13 +151,13 @@ WHERE ` + fenceWhere
 		// The payload join reads the statement snapshot; see Store.Claim
 		// for the (rare) case it cannot see a payload committed
 		// concurrently with the claim.
-		s.claim = insert + `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
-       c.locked_until, c.created_at, c.expires_at,
+		s.claim = claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
+       x.locked_until, x.created_at, x.expires_at,
        p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL,
-       c.token = v.tok, v.now
-FROM c CROSS JOIN v
+       x.claimed, v.now
+FROM x CROSS JOIN v
 LEFT JOIN ` + n.payload + ` p
-  ON p.scope = c.scope AND p.key = c.key AND p.token = c.token AND p.stored_at = c.completed_at`
+  ON p.scope = x.scope AND p.key = x.key AND p.token = x.token AND p.stored_at = x.completed_at`
 		s.get = `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
        c.locked_until, c.created_at, c.expires_at,
        p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL, {{NOW}}

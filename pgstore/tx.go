@@ -151,10 +151,18 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 
 // completeInTx runs the fenced complete inside the handler's transaction and
 // commits it; on any failure the transaction is rolled back.
+//
+// When it fails for a reason other than a lost lease, it also marks the
+// record failed (fenced, best effort), so a retry may run the handler again
+// at once instead of waiting for the lease to lapse. That is safe only
+// because the handler's writes were in the transaction: they were rolled
+// back with it. (If the connection died during COMMIT and the commit did
+// land, the record is completed and the fenced fail matches nothing.)
 func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, args []any) error {
 	tag, err := tx.Exec(ctx, s.sql.complete, args...)
 	if err != nil {
 		rollback(ctx, tx)
+		s.releaseAfterTxFailure(ctx, args)
 		return wrap(ctx, "complete (in transaction)", err)
 	}
 	if tag.RowsAffected() == 0 {
@@ -162,10 +170,14 @@ func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, args []any) error {
 		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// Either the server refused the commit (everything rolled back,
-		// the record is still processing under f: Fail can release it), or
-		// the connection died during COMMIT and the outcome is unknown.
+		s.releaseAfterTxFailure(ctx, args)
 		return wrap(ctx, "complete: commit", err)
 	}
 	return nil
+}
+
+func (s *Store) releaseAfterTxFailure(ctx context.Context, args []any) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, _ = s.pool.Exec(fctx, s.sql.fail, args[0], args[1], args[2])
 }
