@@ -299,77 +299,123 @@ func TestPanicReleasesKey(t *testing.T) {
 	}
 }
 
+// retainingStore keeps, without copying, everything fiberidem hands to the
+// store: the claim's strings and the response given to Complete. A store
+// may legitimately keep them (memstore happens to copy), so none of it may
+// alias a fasthttp buffer.
+type retainingStore struct {
+	core.Store
+	mu       sync.Mutex
+	claims   map[string]core.ClaimRequest // first claim, by key
+	complete map[string]core.StoredResponse
+}
+
+func (s *retainingStore) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+	s.mu.Lock()
+	if _, ok := s.claims[r.Key]; !ok {
+		s.claims[r.Key] = r
+	}
+	s.mu.Unlock()
+	return s.Store.Claim(ctx, r)
+}
+
+func (s *retainingStore) Complete(ctx context.Context, f core.Fence, r core.StoredResponse) error {
+	s.mu.Lock()
+	s.complete[f.Key] = r
+	s.mu.Unlock()
+	return s.Store.Complete(ctx, f, r)
+}
+
 // TestBufferReuse would fail if fiberidem kept any slice or string aliasing
 // fasthttp's buffers: fasthttp reuses one RequestCtx per connection, so the
 // later requests on the same connection overwrite the bytes an aliased
-// record would point to.
+// key, scope, method, route, header or body would point to.
 func TestBufferReuse(t *testing.T) {
 	for _, mount := range []string{"route", "use"} {
 		t.Run(mount, func(t *testing.T) {
-			store := memstore.New()
+			mem := memstore.New()
+			store := &retainingStore{Store: mem, claims: map[string]core.ClaimRequest{}, complete: map[string]core.StoredResponse{}}
 			eng := newEngine(t, store)
 			app := newApp()
 			var mu sync.Mutex
-			keysSeen := map[string]string{} // body -> key from the lease, as the handler kept it
+			keysSeen := map[string]string{} // key from the lease as the handler kept it, by body
 			handler := func(c *fiber.Ctx) error {
 				key, _ := core.KeyFromContext(c.UserContext())
 				mu.Lock()
-				keysSeen[string(c.Body())] = key // key kept past the request
+				keysSeen[string(c.Body())] = key // the key string is kept past the request
 				mu.Unlock()
-				// c.Send hands the request's body buffer to the response as
-				// is: the captured body aliases the request buffer unless
-				// fiberidem copies it.
 				c.Set("Location", "/items/"+c.Get("X-Item"))
+				// c.Send hands the request's body buffer to the response
+				// as is: the captured body aliases the request buffer unless
+				// fiberidem copies it.
 				return c.Status(fiber.StatusCreated).Send(c.Body())
 			}
 			mw := fiberidem.New(eng, fiberidem.WithScope(tenantScope))
 			if mount == "use" {
 				app.Use(mw)
-				app.Post("/items/:id", handler)
+				app.Add("POST", "/items/:id", handler)
+				app.Add("PATCH", "/items/:id", handler)
 			} else {
-				app.Post("/items/:id", mw, handler)
+				app.Add("POST", "/items/:id", mw, handler)
+				app.Add("PATCH", "/items/:id", mw, handler)
 			}
 			base := serve(t, app)
 			cl := client(t, 1) // one connection: one fasthttp RequestCtx, reused
 
 			bodyA := strings.Repeat("A", 100)
-			first := mustDo(t, cl, "POST", base+"/items/1", bodyA,
-				"Idempotency-Key", "key-aaaa", "X-Tenant", "tenant-a", "X-Item", "aaaa")
+			sendA := func() result {
+				return mustDo(t, cl, "POST", base+"/items/1", bodyA,
+					"Idempotency-Key", "key-aaaa", "X-Tenant", "tenant-a", "X-Item", "aaaa")
+			}
+			first := sendA()
 			if first.Status != 201 || first.Body != bodyA {
 				t.Fatalf("first: %d %q", first.Status, first.Body)
 			}
 			for i := range 200 {
 				// Same lengths and longer ones, so that fasthttp overwrites
 				// in place and also grows its buffers.
+				method := []string{"POST", "PATCH"}[i%2] // the last one is PATCH
 				body := strings.Repeat(string(rune('B'+i%20)), 100+i%3*50)
-				r := mustDo(t, cl, "POST", base+"/items/2", body,
-					"Idempotency-Key", fmt.Sprintf("key-%04d", i), "X-Tenant", fmt.Sprintf("tenant-%d", i%10), "X-Item", fmt.Sprintf("%04d", i))
+				r := mustDo(t, cl, method, fmt.Sprintf("%s/items/%d", base, 2+i%3*10), body,
+					"Idempotency-Key", fmt.Sprintf("key-%04d", i), "X-Tenant", fmt.Sprintf("tenant-%d", i%10),
+					"X-Item", fmt.Sprintf("%04d", i))
 				if r.Status != 201 || r.Body != body {
 					t.Fatalf("request %d: %d %q", i, r.Status, r.Body)
 				}
 			}
-			replay := mustDo(t, cl, "POST", base+"/items/1", bodyA,
-				"Idempotency-Key", "key-aaaa", "X-Tenant", "tenant-a", "X-Item", "aaaa")
-			sameResponse(t, first, replay)
-			if replay.Header.Get("Location") != "/items/aaaa" {
-				t.Errorf("replayed Location %q", replay.Header.Get("Location"))
-			}
 
-			rec, err := store.Get(context.Background(), "tenant-a", "key-aaaa")
-			if err != nil {
-				t.Fatalf("record of the first request: %v", err)
-			}
+			// Before A is sent again (which would rewrite the buffers with
+			// A's bytes), everything kept from A must still be A's.
 			wantRoute := "/items/:id"
 			if mount == "use" {
 				wantRoute = "/items/1"
 			}
+			store.mu.Lock()
+			claim, done := store.claims["key-aaaa"], store.complete["key-aaaa"]
+			store.mu.Unlock()
+			if claim.Scope != "tenant-a" || claim.Key != "key-aaaa" || claim.Method != "POST" || claim.Route != wantRoute {
+				t.Errorf("claim of A changed: %+v", claim)
+			}
+			if string(done.Body) != bodyA || done.Header.Get("Location") != "/items/aaaa" {
+				t.Errorf("response of A changed: %q %v", done.Body, done.Header)
+			}
+			rec, err := mem.Get(context.Background(), "tenant-a", "key-aaaa")
+			if err != nil {
+				t.Fatalf("record of A: %v", err)
+			}
 			if rec.Method != "POST" || rec.Route != wantRoute || rec.Response == nil || string(rec.Response.Body) != bodyA {
-				t.Errorf("record: method %q route %q response %+v", rec.Method, rec.Route, rec.Response)
+				t.Errorf("record of A: method %q route %q response %+v", rec.Method, rec.Route, rec.Response)
 			}
 			mu.Lock()
-			defer mu.Unlock()
 			if keysSeen[bodyA] != "key-aaaa" {
 				t.Errorf("key kept by the handler changed to %q", keysSeen[bodyA])
+			}
+			mu.Unlock()
+
+			replay := sendA()
+			sameResponse(t, first, replay)
+			if replay.Header.Get("Location") != "/items/aaaa" {
+				t.Errorf("replayed Location %q", replay.Header.Get("Location"))
 			}
 		})
 	}
