@@ -74,6 +74,8 @@ type serveFunc func(ctx context.Context, ln net.Listener, a *app) error
 // frameworks maps -framework values to their serve functions.
 var frameworks = map[string]serveFunc{
 	"nethttp": serveNetHTTP,
+	"gin":     serveGin,
+	"echo":    serveEcho,
 }
 
 // app is what every framework mounts.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,22 +167,22 @@ const maxAmount = 1 << 53
 
 func parseCharge(body []byte) (Charge, error) {
 	var in struct {
-		Amount   json.Number `json:"amount"`
-		Currency string      `json:"currency"`
-		To       string      `json:"to"`
+		Amount   json.RawMessage `json:"amount"`
+		Currency string          `json:"currency"`
+		To       string          `json:"to"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil {
 		return Charge{}, fmt.Errorf("the body must be a JSON object {\"amount\",\"currency\",\"to\"}: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Charge{}, errors.New("the body must hold a single JSON object")
 	}
-	if in.Amount == "" {
+	if len(in.Amount) == 0 || string(in.Amount) == "null" {
 		return Charge{}, errors.New("amount is required")
 	}
-	amount, err := in.Amount.Int64()
+	// A JSON integer literal only: not "10", 10.5 or 1e3.
+	amount, err := strconv.ParseInt(string(in.Amount), 10, 64)
 	if err != nil || amount <= 0 || amount > maxAmount {
 		return Charge{}, fmt.Errorf("amount must be an integer between 1 and %d, got %s", int64(maxAmount), in.Amount)
 	}
