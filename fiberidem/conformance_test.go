@@ -1,0 +1,142 @@
+package fiberidem_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/fiberidem"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgtest"
+)
+
+// adapter serves the suite's routes the way a Fiber app would: each route
+// with the idem handler in front, on a real listener.
+var adapter = idemtest.Adapter{
+	Name: "fiber",
+	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		quickStop(app)
+		mw := fiberidem.New(eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
+			return c.Get(idemtest.ScopeHeader), nil
+		}))
+		for _, rt := range routes {
+			app.Add(rt.Method, rt.Path, mw, httpHandler(rt.Handler))
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = app.Listener(ln)
+		}()
+		t.Cleanup(func() {
+			if err := app.ShutdownWithTimeout(20 * time.Second); err != nil {
+				t.Errorf("fiber shutdown: %v", err)
+			}
+			<-done
+		})
+		return "http://" + ln.Addr().String()
+	},
+}
+
+// httpHandler mounts a net/http handler like adaptor.HTTPHandler, but with
+// c.UserContext() (which carries idem's lease) as the request context:
+// adaptor.HTTPHandler passes the fasthttp.RequestCtx instead.
+func httpHandler(h http.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		r, err := adaptor.ConvertRequest(c, true)
+		if err != nil {
+			return err
+		}
+		w := &responseWriter{c: c, header: make(http.Header)}
+		h.ServeHTTP(w, r.WithContext(c.UserContext()))
+		w.finish()
+		return nil
+	}
+}
+
+// responseWriter writes a net/http handler's response into the fiber
+// response.
+type responseWriter struct {
+	c           *fiber.Ctx
+	header      http.Header
+	status      int
+	wroteHeader bool
+	wroteBody   bool
+}
+
+func (w *responseWriter) Header() http.Header { return w.header }
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+	for k, vs := range w.header {
+		for i, v := range vs {
+			if i == 0 {
+				w.c.Set(k, v)
+			} else {
+				w.c.Response().Header.Add(k, v)
+			}
+		}
+	}
+	w.c.Status(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		if w.header.Get("Content-Type") == "" && len(p) > 0 {
+			w.header.Set("Content-Type", http.DetectContentType(p))
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+	w.wroteBody = true
+	w.c.Response().AppendBody(p) // copies p
+	return len(p), nil
+}
+
+func (w *responseWriter) finish() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return memstore.New() })
+}
+
+// TestConformancePostgres runs the suite on pgstore in a schema of its own;
+// scenarios use unique keys and tenants, so they share one store.
+func TestConformancePostgres(t *testing.T) {
+	store := newPGStore(t)
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+}
+
+func newPGStore(t *testing.T) *pgstore.Store {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
+		t.Fatalf("pgstore.Migrate: %v", err)
+	}
+	store, err := pgstore.New(pool, pgstore.WithSchema(schema))
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	return store
+}
