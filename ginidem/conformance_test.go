@@ -1,0 +1,56 @@
+package ginidem_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgtest"
+)
+
+// adapter mounts each idemtest route natively: the middleware, then the
+// neutral handler through gin.WrapH.
+var adapter = idemtest.Adapter{
+	Name: "gin",
+	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
+		r := gin.New()
+		mw := ginidem.Middleware(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
+			return c.GetHeader(idemtest.ScopeHeader), nil
+		}))
+		for _, rt := range routes {
+			r.Handle(rt.Method, rt.Path, mw, gin.WrapH(rt.Handler))
+		}
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	},
+}
+
+func TestConformance(t *testing.T) {
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return memstore.New() })
+}
+
+// TestConformancePostgres runs the suite on pgstore, in a schema of its own
+// (pgtest). Scenarios use unique keys and tenants, so they share one store.
+func TestConformancePostgres(t *testing.T) {
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	store, err := pgstore.New(pool, pgstore.WithSchema(schema))
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+}
