@@ -76,6 +76,7 @@ var frameworks = map[string]serveFunc{
 	"nethttp": serveNetHTTP,
 	"gin":     serveGin,
 	"echo":    serveEcho,
+	"fiber":   serveFiber,
 }
 
 // app is what every framework mounts.
