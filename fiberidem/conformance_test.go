@@ -121,11 +121,14 @@ func TestConformance(t *testing.T) {
 // TestConformancePostgres runs the suite on pgstore in a schema of its own;
 // scenarios use unique keys and tenants, so they share one store.
 func TestConformancePostgres(t *testing.T) {
-	store := newPGStore(t)
+	store, _ := newPGStore(t)
 	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
 }
 
-func newPGStore(t *testing.T) *pgstore.Store {
+// newPGStore migrates a fresh schema on the test database (pgtest) and
+// returns a store on it and the schema name; everything is dropped when t
+// ends.
+func newPGStore(t *testing.T) (*pgstore.Store, string) {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t, pool)
@@ -138,5 +141,5 @@ func newPGStore(t *testing.T) *pgstore.Store {
 	if err != nil {
 		t.Fatalf("pgstore.New: %v", err)
 	}
-	return store
+	return store, schema
 }

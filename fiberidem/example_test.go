@@ -1,0 +1,27 @@
+package fiberidem_test
+
+import (
+	"errors"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/fiberidem"
+)
+
+func Example() {
+	eng, _ := core.New(memstore.New()) // pgstore.New(pool) in production
+	userID := func(c *fiber.Ctx) (string, error) {
+		if id, ok := c.Locals("user_id").(string); ok { // set by your auth middleware
+			return id, nil
+		}
+		return "", errors.New("unauthenticated") // answered 401
+	}
+	app := fiber.New()
+	app.Post("/v1/payments", fiberidem.New(eng, fiberidem.WithScope(userID)), func(c *fiber.Ctx) error {
+		key, _ := core.KeyFromContext(c.UserContext()) // the lease travels in c.UserContext()
+		return c.Status(fiber.StatusCreated).JSON(fiber.Map{"id": "pay_" + core.RelayKey(c.UserContext(), "id"), "key": key})
+	})
+	_ = app.Listen(":8080")
+}
