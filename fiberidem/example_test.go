@@ -20,8 +20,9 @@ func Example() {
 	}
 	app := fiber.New()
 	app.Post("/v1/payments", fiberidem.New(eng, fiberidem.WithScope(userID)), func(c *fiber.Ctx) error {
-		key, _ := core.KeyFromContext(c.UserContext()) // the lease travels in c.UserContext()
-		return c.Status(fiber.StatusCreated).JSON(fiber.Map{"id": "pay_" + core.RelayKey(c.UserContext(), "id"), "key": key})
+		// c.UserContext() carries the lease: core.RelayKey, pgstore.Tx.
+		chargeKey := core.RelayKey(c.UserContext(), "provider-charge")
+		return c.Status(fiber.StatusCreated).JSON(fiber.Map{"charge_key": chargeKey})
 	})
 	_ = app.Listen(":8080")
 }

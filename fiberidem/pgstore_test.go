@@ -52,7 +52,9 @@ func TestPostgresTransactionalMode(t *testing.T) {
 		}
 		return n
 	}
-	send := func() result { return mustDo(t, cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "k", "X-Note", "a") }
+	send := func() result {
+		return mustDo(t, cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "k", "X-Note", "a")
+	}
 
 	if r := send(); r.Status != 500 {
 		t.Fatalf("first: %d %s", r.Status, r.Body)
