@@ -39,4 +39,8 @@
 //     still owned by its token: its owner may heartbeat and complete it.
 //   - Get of an expired record is not checked: a store may return it or
 //     report core.ErrNotFound.
+//
+// A store that also implements the optional core.Watcher is checked to wake
+// a watch on each change a waiting duplicate acts on (claim, Fail, takeover,
+// Complete) within a few seconds; those sub-tests skip for other stores.
 package storetest

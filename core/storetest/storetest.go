@@ -34,6 +34,9 @@ const (
 	// compute all of them from one "now" are exact; the tolerance only
 	// absorbs timestamp rounding (PostgreSQL keeps microseconds).
 	clockTolerance = 5 * time.Millisecond
+	// wakeTimeout bounds how long a core.Watcher may take to report a
+	// change; generous, since a store may deliver it asynchronously.
+	wakeTimeout = 5 * time.Second
 	// workers is the number of goroutines in the concurrency sub-tests.
 	workers = 64
 )
@@ -104,6 +107,10 @@ func Run(t *testing.T, newStore func(tb testing.TB) core.Store) {
 			{"ExpiredLeaseTakeover", testConcurrentExpiredTakeover},
 			{"FailedTakeover", testConcurrentFailedTakeover},
 			{"Complete", testConcurrentComplete},
+		}},
+		{"Watcher", []testCase{
+			{"WakesOnChange", testWatcherWakes},
+			{"DoneContext", testWatcherDoneContext},
 		}},
 	}
 	for _, g := range groups {
@@ -567,9 +574,12 @@ func testRetention(t *testing.T, s core.Store) {
 		req.Lease, req.Retention = lease, shortRetention
 		return req, claimNew(t, s, req)
 	}
-	completedReq, completed := mk(shortLease)
+	// Completed and failed records keep the long LockedUntil of their claim:
+	// only a processing record is held by its lease. (A long lease also
+	// keeps Complete and Fail from racing the short retention.)
+	completedReq, completed := mk(longLease)
 	require.NoError(t, s.Complete(t.Context(), fence(completed.Record), sampleResponse()))
-	failedReq, failed := mk(shortLease)
+	failedReq, failed := mk(longLease)
 	require.NoError(t, s.Fail(t.Context(), fence(failed.Record)))
 	lapsedReq, lapsed := mk(shortLease)
 	liveReq, live := mk(longLease) // processing past retention, lease still live
@@ -968,4 +978,72 @@ func testConcurrentComplete(t *testing.T, s core.Store) {
 	rec := get(t, s, req.Scope, req.Key)
 	require.NotNil(t, rec.Response)
 	assert.Equal(t, fmt.Sprintf("worker %d", winner), string(rec.Response.Body), "the winner's response is kept")
+}
+
+// ---------------------------------------------------------------- watcher
+
+// watcher returns s as a core.Watcher, skipping the test when s is not one
+// (the capability is optional).
+func watcher(t *testing.T, s core.Store) core.Watcher {
+	t.Helper()
+	w, ok := s.(core.Watcher)
+	if !ok {
+		t.Skip("store does not implement core.Watcher")
+	}
+	return w
+}
+
+func requireWoken(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	timer := time.NewTimer(wakeTimeout)
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+		t.Fatalf("Watch channel not closed %v after %s: a missed wake-up leaves a waiter to its poll", wakeTimeout, what)
+	}
+}
+
+func testWatcherWakes(t *testing.T, s core.Store) {
+	w := watcher(t, s)
+	req := newReq()
+
+	// Each change a waiter acts on must wake it: the first claim, the
+	// owner's Fail (the waiter may take over), a takeover, a Complete
+	// (the waiter replays).
+	ch, release := w.Watch(t.Context(), req.Scope, req.Key)
+	defer release()
+	first := claimNew(t, s, req)
+	requireWoken(t, ch, "the first Claim")
+
+	ch, release = w.Watch(t.Context(), req.Scope, req.Key)
+	defer release()
+	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	requireWoken(t, ch, "Fail")
+
+	ch, release = w.Watch(t.Context(), req.Scope, req.Key)
+	defer release()
+	second := claimNew(t, s, req)
+	requireWoken(t, ch, "a takeover")
+
+	ch, release = w.Watch(t.Context(), req.Scope, req.Key)
+	require.NoError(t, s.Complete(t.Context(), fence(second.Record), sampleResponse()))
+	requireWoken(t, ch, "Complete")
+	release()
+	release() // releasing twice is harmless
+}
+
+func testWatcherDoneContext(t *testing.T, s core.Store) {
+	// Watch with a done context must neither block nor leak; whether its
+	// channel is closed is up to the store.
+	w := watcher(t, s)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, release := w.Watch(ctx, unique("scope"), unique("key"))
+	release()
+
+	ctx, cancel = context.WithCancel(t.Context())
+	_, release = w.Watch(ctx, unique("scope"), unique("key"))
+	cancel()
+	release()
 }
