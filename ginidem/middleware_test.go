@@ -559,7 +559,7 @@ func TestCommitFailure(t *testing.T) {
 	if got.header.Get("Set-Cookie") != "" || strings.Contains(string(got.body), "charged") {
 		t.Errorf("the unrecorded response leaked: %v %q", got.header, got.body)
 	}
-	got = serve(r, req{path: "/custom", key: "c", body: payBody})
+	got = serve(r, req{path: "/custom", key: "c2", body: payBody})
 	if got.status != http.StatusServiceUnavailable || string(got.body) != "custom" || !called.Load() {
 		t.Errorf("custom = %d %q (handler called with the error: %t)", got.status, got.body, called.Load())
 	}
