@@ -13,16 +13,16 @@ import (
 func TestParseKey(t *testing.T) {
 	valid := map[string][]string{
 		"8e03978e-40d5-43e8-bc93-6894a57f9324": {"8e03978e-40d5-43e8-bc93-6894a57f9324"},
-		"abc":                                 {`"abc"`},
-		"padded":                              {" \tpadded\t "},
-		"quoted padded":                       {`  "quoted padded"  `},
-		`with "quotes" and \ slash`:           {`"with \"quotes\" and \\ slash"`},
-		"a":                                   {"a"},
-		"~!#$%&'()*+-./:;<=>?@[]^_`{|}":       {"~!#$%&'()*+-./:;<=>?@[]^_`{|}"},
-		strings.Repeat("x", 255):              {strings.Repeat("x", 255)},
-		strings.Repeat("q", 255) + "":         {`"` + strings.Repeat("q", 255) + `"`},
-		strings.Repeat(`"`, 255):              {`"` + strings.Repeat(`\"`, 255) + `"`},
-		"sp ace":                              {`"sp ace"`},
+		"abc":                                  {`"abc"`},
+		"padded":                               {" \tpadded\t "},
+		"quoted padded":                        {`  "quoted padded"  `},
+		`with "quotes" and \ slash`:            {`"with \"quotes\" and \\ slash"`},
+		"a":                                    {"a"},
+		"~!#$%&'()*+-./:;<=>?@[]^_`{|}":        {"~!#$%&'()*+-./:;<=>?@[]^_`{|}"},
+		strings.Repeat("x", 255):               {strings.Repeat("x", 255)},
+		strings.Repeat("q", 255) + "":          {`"` + strings.Repeat("q", 255) + `"`},
+		strings.Repeat(`"`, 255):               {`"` + strings.Repeat(`\"`, 255) + `"`},
+		"sp ace":                               {`"sp ace"`},
 	}
 	for want, vals := range valid {
 		got, err := core.ParseKey(vals)
