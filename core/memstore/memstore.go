@@ -37,6 +37,10 @@ type Store struct {
 	// store keeps tokens strictly increasing and never reused, even when a
 	// record is deleted and created again under the same key.
 	last int64
+	// purgeAfter is a lower bound on when any record held can next expire
+	// (zero: unknown). A full store rejects new keys without rescanning the
+	// whole map before then, so that being full stays cheap.
+	purgeAfter time.Time
 	// watchers wakes duplicates waiting on a key (core.Watcher). A watch's
 	// channel is closed exactly when it is removed from this map.
 	watchers map[recKey]map[*watch]struct{}
@@ -110,6 +114,23 @@ func (s *Store) notifyLocked(k recKey) {
 	delete(s.watchers, k)
 }
 
+// expiresBy returns when r would expire if nothing touched it again: a
+// processing record is held until its lease lapses too.
+func expiresBy(r *core.Record) time.Time {
+	if r.Status == core.StatusProcessing && r.LockedUntil.After(r.ExpiresAt) {
+		return r.LockedUntil
+	}
+	return r.ExpiresAt
+}
+
+// noteExpiryLocked keeps purgeAfter a lower bound after r changed in a way
+// that may make it expire sooner. s.mu must be held.
+func (s *Store) noteExpiryLocked(r *core.Record) {
+	if t := expiresBy(r); t.Before(s.purgeAfter) {
+		s.purgeAfter = t
+	}
+}
+
 func (s *Store) nextTokenLocked() (int64, error) {
 	if s.last == math.MaxInt64 {
 		return 0, errTokensExhausted
@@ -144,7 +165,9 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	switch {
 	case !ok:
 		if s.maxEntries > 0 && len(s.recs) >= s.maxEntries {
-			s.purgeLocked(now)
+			if !now.Before(s.purgeAfter) {
+				s.purgeLocked(now)
+			}
 			if len(s.recs) >= s.maxEntries {
 				return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w (%d live records)", ErrFull, len(s.recs))
 			}
@@ -166,6 +189,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			ExpiresAt:   now.Add(req.Retention),
 		}
 		s.recs[k] = r
+		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
 		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
 
@@ -183,6 +207,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		r.LockedUntil = now.Add(req.Lease)
 		r.ExpiresAt = now.Add(req.Retention)
 		r.Response = nil
+		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
 		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
 
@@ -239,6 +264,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	}
 	r.Status = core.StatusCompleted
 	r.Response = stored
+	s.noteExpiryLocked(r) // no longer held by its lease
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
 }
@@ -256,6 +282,7 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	}
 	r.Status = core.StatusFailed
 	r.Response = nil
+	s.noteExpiryLocked(r)
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
 }
@@ -290,12 +317,18 @@ func (s *Store) Purge(ctx context.Context) (int, error) {
 
 func (s *Store) purgeLocked(now time.Time) int {
 	n := 0
+	var next time.Time
 	for k, r := range s.recs {
 		if expired(r, now) {
 			s.deleteLocked(k)
 			n++
+			continue
+		}
+		if t := expiresBy(r); next.IsZero() || t.Before(next) {
+			next = t
 		}
 	}
+	s.purgeAfter = next
 	return n
 }
 

@@ -258,3 +258,47 @@ func TestErrorsHaveContext(t *testing.T) {
 	_, err = s.Get(t.Context(), "s", "k")
 	assert.Equal(t, "memstore: get: idem: record not found", err.Error())
 }
+
+func TestMaxEntriesNoticesEarlierExpiry(t *testing.T) {
+	// A full store skips rescanning until something can have expired; a
+	// Complete that lets a record expire sooner than its lease must count.
+	clk := newFakeClock()
+	s := memstore.New(memstore.WithClock(clk.Now), memstore.WithMaxEntries(1))
+	ctx := t.Context()
+	a := req("a")
+	a.Lease, a.Retention = 2*time.Hour, time.Hour
+	res, err := s.Claim(ctx, a)
+	require.NoError(t, err)
+
+	_, err = s.Claim(ctx, req("b"))
+	require.ErrorIs(t, err, memstore.ErrFull, "a is held by its lease for 2h")
+
+	require.NoError(t, s.Complete(ctx, fence(res.Record), core.StoredResponse{Status: 200}))
+	clk.Advance(time.Hour)
+	b, err := s.Claim(ctx, req("b"))
+	require.NoError(t, err, "a completed and expired after 1h, not 2h")
+	assert.True(t, b.Claimed)
+
+}
+
+func TestMaxEntriesNoticesShorterRetention(t *testing.T) {
+	clk := newFakeClock()
+	s := memstore.New(memstore.WithClock(clk.Now), memstore.WithMaxEntries(2))
+	ctx := t.Context()
+	_, err := s.Claim(ctx, req("x")) // held 1h
+	require.NoError(t, err)
+	n, err := s.Purge(ctx) // the store now knows nothing expires before 1h
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	y := req("y")
+	y.Lease, y.Retention = time.Second, time.Minute
+	_, err = s.Claim(ctx, y)
+	require.NoError(t, err)
+	_, err = s.Claim(ctx, req("z"))
+	require.ErrorIs(t, err, memstore.ErrFull)
+
+	clk.Advance(time.Minute)
+	_, err = s.Claim(ctx, req("z"))
+	require.NoError(t, err, "y expired after its own 1m retention, before x's 1h")
+}

@@ -37,7 +37,9 @@ func WithClock(clock func() time.Time) Option {
 // expired records and, if the store is still full, fails with an error
 // wrapping ErrFull. A live record is never evicted to make room: losing a
 // key is exactly the failure idem exists to prevent, so refusing new work
-// is the safe answer. A value of zero or less means unbounded.
+// is the safe answer. The scan for expired records runs only once one can
+// have expired, so a store full of live records rejects new keys cheaply.
+// A value of zero or less means unbounded.
 //
 // Default: 0 (unbounded).
 func WithMaxEntries(n int) Option {
