@@ -26,7 +26,7 @@ type recKey struct {
 }
 
 // Store is an in-process core.Store. It is safe for concurrent use. The zero
-// value is not usable; call New.
+// value is an empty store with the default options, like New().
 type Store struct {
 	clock      func() time.Time
 	maxEntries int
@@ -69,6 +69,14 @@ func New(opts ...Option) *Store {
 		recs:       make(map[recKey]*core.Record),
 		watchers:   make(map[recKey]map[*watch]struct{}),
 	}
+}
+
+// now reads the store clock; a zero Store has none and uses time.Now.
+func (s *Store) now() time.Time {
+	if s.clock == nil {
+		return time.Now()
+	}
+	return s.clock()
 }
 
 // expired reports whether r is past retention and not held by a live lease:
@@ -159,7 +167,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	if req.Retention <= 0 {
 		return core.ClaimResult{}, fmt.Errorf("memstore: claim: retention %v must be positive", req.Retention)
 	}
-	now := s.clock()
+	now := s.now()
 	k := recKey{req.Scope, req.Key}
 	r, ok := s.lookupLocked(k, now)
 	switch {
@@ -187,6 +195,9 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			LockedUntil: now.Add(req.Lease),
 			CreatedAt:   now,
 			ExpiresAt:   now.Add(req.Retention),
+		}
+		if s.recs == nil { // zero Store
+			s.recs = make(map[recKey]*core.Record)
 		}
 		s.recs[k] = r
 		s.noteExpiryLocked(r)
@@ -238,7 +249,7 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 	if extend <= 0 {
 		return fmt.Errorf("memstore: heartbeat: extension %v must be positive", extend)
 	}
-	now := s.clock()
+	now := s.now()
 	r, ok := s.ownedLocked(f, now)
 	if !ok {
 		return fmt.Errorf("memstore: heartbeat: %w", core.ErrLeaseLost)
@@ -258,7 +269,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: complete: %w", err)
 	}
-	r, ok := s.ownedLocked(f, s.clock())
+	r, ok := s.ownedLocked(f, s.now())
 	if !ok {
 		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
 	}
@@ -276,7 +287,7 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: fail: %w", err)
 	}
-	r, ok := s.ownedLocked(f, s.clock())
+	r, ok := s.ownedLocked(f, s.now())
 	if !ok {
 		return fmt.Errorf("memstore: fail: %w", core.ErrLeaseLost)
 	}
@@ -295,7 +306,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error)
 	if err := ctx.Err(); err != nil {
 		return core.Record{}, fmt.Errorf("memstore: get: %w", err)
 	}
-	r, ok := s.lookupLocked(recKey{scope, key}, s.clock())
+	r, ok := s.lookupLocked(recKey{scope, key}, s.now())
 	if !ok {
 		return core.Record{}, fmt.Errorf("memstore: get: %w", core.ErrNotFound)
 	}
@@ -312,7 +323,7 @@ func (s *Store) Purge(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memstore: purge: %w", err)
 	}
-	return s.purgeLocked(s.clock()), nil
+	return s.purgeLocked(s.now()), nil
 }
 
 func (s *Store) purgeLocked(now time.Time) int {
@@ -346,6 +357,9 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		s.mu.Unlock()
 		close(w.ch)
 		return w.ch, func() {}
+	}
+	if s.watchers == nil { // zero Store
+		s.watchers = make(map[recKey]map[*watch]struct{})
 	}
 	ws, ok := s.watchers[k]
 	if !ok {

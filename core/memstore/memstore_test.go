@@ -302,3 +302,14 @@ func TestMaxEntriesNoticesShorterRetention(t *testing.T) {
 	_, err = s.Claim(ctx, req("z"))
 	require.NoError(t, err, "y expired after its own 1m retention, before x's 1h")
 }
+
+func TestZeroStore(t *testing.T) {
+	var s memstore.Store
+	storetest.Run(t, func(testing.TB) core.Store { return new(memstore.Store) })
+	_, err := s.Claim(t.Context(), req("k"))
+	require.NoError(t, err)
+	ch, release := s.Watch(t.Context(), "tenant", "other")
+	release()
+	<-ch
+	assert.Equal(t, 1, s.Len())
+}
