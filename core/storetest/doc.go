@@ -35,6 +35,10 @@
 //     a nil and an empty header map.
 //   - Tokens handed out by consecutive claims are strictly increasing, not
 //     only per key.
+//   - A takeover computes LockedUntil and ExpiresAt afresh from its own
+//     request and the store's now, as an insert does.
+//   - The empty scope is a scope like any other (the engine uses it when
+//     no tenant is configured).
 //   - A processing record whose lease lapsed but which nobody took over is
 //     still owned by its token: its owner may heartbeat and complete it.
 //   - Get of an expired record is not checked: a store may return it or
