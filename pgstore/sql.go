@@ -148,22 +148,31 @@ SET status = 'completed', completed_at = {{NOW}},
     resp_status = $4, resp_header = $5, resp_body = $6, resp_not_retained = $7
 WHERE ` + fenceWhere
 	} else {
-		// The payload join reads the statement snapshot; see Store.Claim
-		// for the (rare) case it cannot see a payload committed
-		// concurrently with the claim.
+		// The payload is joined LATERAL on (scope, key, token,
+		// completed_at): a parameterized nested loop, so run-time
+		// partition pruning probes exactly one partition's primary key.
+		// The join reads the statement snapshot; see Store.Claim for the
+		// (rare) case it cannot see a payload committed concurrently with
+		// the claim.
 		s.claim = claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
        x.locked_until, x.created_at, x.expires_at,
        p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL,
        x.claimed, v.now
 FROM x CROSS JOIN v
-LEFT JOIN ` + n.payload + ` p
-  ON p.scope = x.scope AND p.key = x.key AND p.token = x.token AND p.stored_at = x.completed_at`
+LEFT JOIN LATERAL (
+  SELECT * FROM ` + n.payload + `
+  WHERE scope = x.scope AND key = x.key AND token = x.token AND stored_at = x.completed_at
+  LIMIT 1 -- keeps the subquery from being flattened: pruned at run time
+) p ON true`
 		s.get = `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
        c.locked_until, c.created_at, c.expires_at,
        p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL, {{NOW}}
 FROM ` + n.table + ` c
-LEFT JOIN ` + n.payload + ` p
-  ON p.scope = c.scope AND p.key = c.key AND p.token = c.token AND p.stored_at = c.completed_at
+LEFT JOIN LATERAL (
+  SELECT * FROM ` + n.payload + `
+  WHERE scope = c.scope AND key = c.key AND token = c.token AND stored_at = c.completed_at
+  LIMIT 1 -- keeps the subquery from being flattened: pruned at run time
+) p ON true
 WHERE c.scope = $1 AND c.key = $2`
 		// Data-modifying CTE: the payload row is inserted only when the
 		// fenced update matched, in the same statement (and transaction).

@@ -1,0 +1,87 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/pgstore/pgtest"
+)
+
+// TestMigrateConcurrent: several instances start at once and all migrate
+// the same, not yet existing, schema (both modes, two tables): no error, each
+// step applied once, and the store works.
+func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
+	cfg := pgtest.Config(t)
+	cfg.MaxConns = 16
+	pool := pgtest.NewPool(t, cfg)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idemtest_mig_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	plain := []Option{WithSchema(schema), WithTable("plain_records")}
+	parted := []Option{WithSchema(schema), WithTable("parted_records"), WithPartitioning(2)}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 12 {
+		opts := plain
+		if i%2 == 1 {
+			opts = parted
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := Migrate(t.Context(), pool, opts...); err != nil {
+				t.Errorf("concurrent migrate: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var applied int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "idem_schema_migrations"}.Sanitize()).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if applied != 2 {
+		t.Errorf("%d migration rows, want 2 (one step per table)", applied)
+	}
+	for _, opts := range [][]Option{plain, parted} {
+		s := openStore(t, pool, opts...) // migrates again: idempotent
+		completeKey(t, s, claimReq("k", time.Minute), "ok")
+		requireReplay(t, s, claimReq("k", time.Minute), "ok")
+	}
+	// Switching modes is refused.
+	err := Migrate(t.Context(), pool, WithSchema(schema), WithTable("plain_records"), WithPartitioning(2))
+	if err == nil || !strings.Contains(err.Error(), "plain mode") {
+		t.Errorf("migrating a plain table as partitioned: %v, want a mode error", err)
+	}
+}
+
+func TestMigrateErrors(t *testing.T) {
+	if err := Migrate(t.Context(), nil); err == nil {
+		t.Error("Migrate(nil pool) succeeded")
+	}
+	pool := pgtest.Pool(t)
+	if err := Migrate(t.Context(), pool, WithTable("bad name")); err == nil {
+		t.Error("Migrate with an invalid table succeeded")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := Migrate(ctx, pool, WithSchema(pgtest.Schema(t, pool))); err == nil || !strings.HasPrefix(err.Error(), "pgstore: migrate") {
+		t.Errorf("Migrate with a cancelled context: %v", err)
+	}
+}

@@ -1,0 +1,183 @@
+package pgstore
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/pgstore/pgtest"
+)
+
+// countingTracer counts the statements pgx sends (every Exec, Query,
+// QueryRow, including BEGIN and COMMIT) and the statement preparations.
+type countingTracer struct {
+	mu       sync.Mutex
+	sqls     []string
+	prepares int
+}
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sqls = append(c.sqls, d.SQL)
+	return ctx
+}
+
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *countingTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prepares++
+	return ctx
+}
+
+func (c *countingTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (c *countingTracer) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sqls, c.prepares = nil, 0
+}
+
+func (c *countingTracer) snapshot() ([]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.sqls...), c.prepares
+}
+
+func short(sql string) string {
+	sql = strings.Join(strings.Fields(sql), " ")
+	if len(sql) > 60 {
+		sql = sql[:60] + "…"
+	}
+	return sql
+}
+
+// TestQueryCounts asserts the number of statements per phase: one for each
+// of claim (new, replay, in flight, takeover), heartbeat, complete, fail and
+// get; in transactional mode BEGIN when the handler first asks for the
+// transaction, and at commit the fenced UPDATE plus COMMIT on the business
+// transaction.
+func TestQueryCounts(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			tr := &countingTracer{}
+			cfg := pgtest.Config(t)
+			cfg.MaxConns = 1 // one connection: prepared once, then cached
+			cfg.ConnConfig.Tracer = tr
+			pool := pgtest.NewPool(t, cfg)
+			s := newStore(t, pool, m.opts...)
+			table := ledger(t, s)
+			ctx := t.Context()
+
+			phase := func(name string, want int, fn func() error) {
+				t.Helper()
+				tr.reset()
+				if err := fn(); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				sqls, _ := tr.snapshot()
+				if len(sqls) != want {
+					var list []string
+					for _, q := range sqls {
+						list = append(list, short(q))
+					}
+					t.Errorf("%s: %d statements, want %d: %q", name, len(sqls), want, list)
+				}
+			}
+			// Warm the statement cache so that the counts below are the
+			// steady state (and assert preparation happens once).
+			warm := claimReq("warm", time.Minute)
+			var wf core.Fence
+			phase("warm claim", 1, func() error {
+				res, err := s.Claim(ctx, warm)
+				wf = core.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
+				return err
+			})
+			if _, prepares := tr.snapshot(); prepares != 1 {
+				t.Errorf("first claim prepared %d statements, want 1", prepares)
+			}
+			phase("warm heartbeat", 1, func() error { return s.Heartbeat(ctx, wf, time.Minute) })
+			phase("warm complete", 1, func() error { return s.Complete(ctx, wf, core.StoredResponse{Status: 200}) })
+			phase("warm get", 1, func() error { _, err := s.Get(ctx, warm.Scope, warm.Key); return err })
+			phase("warm claim + fail", 2, func() error {
+				res, err := s.Claim(ctx, claimReq("warm2", time.Minute))
+				if err != nil {
+					return err
+				}
+				return s.Fail(ctx, core.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
+			})
+
+			req := claimReq("k", 100*time.Millisecond)
+			var f core.Fence
+			phase("claim (new key)", 1, func() error {
+				res, err := s.Claim(ctx, req)
+				f = core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+				return err
+			})
+			phase("claim (in flight)", 1, func() error { _, err := s.Claim(ctx, req); return err })
+			phase("heartbeat", 1, func() error { return s.Heartbeat(ctx, f, 100*time.Millisecond) })
+			phase("fail", 1, func() error { return s.Fail(ctx, f) })
+			phase("claim (takeover of failed)", 1, func() error {
+				res, err := s.Claim(ctx, req)
+				f.Token = res.Record.Token
+				return err
+			})
+			phase("complete", 1, func() error {
+				return s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("x")})
+			})
+			phase("claim (replay)", 1, func() error { _, err := s.Claim(ctx, req); return err })
+			phase("get", 1, func() error { _, err := s.Get(ctx, req.Scope, req.Key); return err })
+
+			// Transactional mode.
+			txReq := claimReq("tx", time.Minute)
+			var hctx context.Context
+			phase("claim (tx)", 1, func() error {
+				res, err := s.Claim(ctx, txReq)
+				f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+				hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+				return err
+			})
+			phase("Tx (BEGIN)", 1, func() error { _, err := Tx(hctx); return err })
+			phase("handler insert", 1, func() error { return handle(hctx, table, txReq.Key) })
+			phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
+			phase("complete in tx (UPDATE + COMMIT)", 2, func() error {
+				return s.Complete(hctx, f, core.StoredResponse{Status: 201})
+			})
+			sqls, _ := tr.snapshot()
+			if len(sqls) == 2 && !strings.EqualFold(strings.TrimSpace(sqls[1]), "commit") {
+				t.Errorf("second statement of tx complete is %q, want COMMIT", sqls[1])
+			}
+			// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
+			txReq.Key = "tx2"
+			phase("claim (tx2)", 1, func() error {
+				res, err := s.Claim(ctx, txReq)
+				f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+				hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+				return err
+			})
+			phase("Tx (BEGIN) 2", 1, func() error { _, err := Tx(hctx); return err })
+			phase("fail in tx (ROLLBACK + UPDATE)", 2, func() error { return s.Fail(hctx, f) })
+
+			// Everything above ran on one connection with its statements
+			// prepared during the warm-up only.
+			tr.reset()
+			for range 3 {
+				r := claimReq("again", time.Minute)
+				if _, err := s.Claim(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, prepares := tr.snapshot(); prepares != 0 {
+				t.Errorf("%d statement preparations after warm-up, want 0 (statement cache)", prepares)
+			}
+		})
+	}
+}
