@@ -103,6 +103,14 @@ type ClaimResult struct {
 //
 // Every method takes the context first; a cancelled context returns an error
 // wrapping ctx.Err() and changes nothing.
+//
+// Further rules the conformance suite pins: a fenced write (Heartbeat,
+// Complete, Fail) to a missing record returns ErrLeaseLost; a takeover
+// recomputes LockedUntil and ExpiresAt from the new request; retention counts
+// from the claim (the engine requires Retention > Lease, and by default they
+// differ by a factor of 2880). Whether a fenced write succeeds on a record
+// that is past ExpiresAt with a lapsed lease, before anyone replaced it, is
+// store-specific: either answer is safe, since no one else owns it.
 type Store interface {
 	// Claim atomically does exactly one of:
 	//   - insert a new processing record (no record, or the existing one is past
