@@ -121,6 +121,16 @@ func serve(eng *core.Engine, cfg *config, c *gin.Context, req core.Request) {
 	c.Next()
 	completed = true
 
+	if orig.Written() && !rec.Streaming() {
+		// Something wrote to gin's writer behind the capture (a handler
+		// kept the original c.Writer, or re-routed with engine.HandleContext,
+		// which resets c.Writer): that response went out uncaptured. Record
+		// it as not retained rather than store a response nobody saw.
+		res := rec.Result()
+		res.Status, res.Streamed = orig.Status(), true
+		_ = eng.Commit(ctx, d, res)
+		return
+	}
 	if !w.Written() {
 		switch {
 		case w.statusSet:

@@ -672,3 +672,25 @@ func TestUnmatchedRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteBehindCapture: a response written past the capturing writer
+// (engine.HandleContext resets c.Writer to gin's own) went out unrecorded;
+// it is recorded as not retained, never as an empty 200, and not re-run.
+func TestWriteBehindCapture(t *testing.T) {
+	var n atomic.Int64
+	r := gin.New()
+	r.POST("/v1/old", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+		n.Add(1)
+		c.Request.URL.Path = "/v1/new"
+		r.HandleContext(c)
+	})
+	r.POST("/v1/new", func(c *gin.Context) { c.String(http.StatusCreated, "new") })
+	first := serve(r, req{path: "/v1/old", key: "hc", body: payBody})
+	if first.status != http.StatusCreated || string(first.body) != "new" {
+		t.Errorf("first = %d %q, want the re-routed handler's answer", first.status, first.body)
+	}
+	checkProblem(t, serve(r, req{path: "/v1/old", key: "hc", body: payBody}), http.StatusConflict, core.ProblemNotRetained)
+	if n.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1", n.Load())
+	}
+}
