@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/nethttpidem"
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
@@ -65,6 +66,14 @@ func TestE2E(t *testing.T) {
 			})
 		})
 	}
+	t.Run("retrying client", func(t *testing.T) {
+		t.Parallel()
+		checkRetryingClient(t, bin)
+	})
+	t.Run("retrying client, provider failing once", func(t *testing.T) {
+		t.Parallel()
+		checkRetryingClientProviderFailure(t, bin)
+	})
 	t.Run("wait mode", func(t *testing.T) {
 		t.Parallel()
 		base := startServer(t, bin, nil, "-provider-latency", "500ms", "-wait", "5s")
@@ -617,4 +626,103 @@ func randomID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// checkRetryingClient sends concurrent duplicates through nethttpidem.Transport:
+// the 409s are retried after Retry-After (the remaining lease, 1s here)
+// until every caller holds the one 201.
+func checkRetryingClient(t *testing.T, bin string) {
+	base := startServer(t, bin, nil, "-provider-latency", "500ms", "-lease", "1s")
+	client := &http.Client{Transport: nethttpidem.NewTransport(nethttpidem.WithMaxDelay(2 * time.Second))}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	user, key := "u-"+randomID(), "k-"+randomID()
+	const n = 5
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", strings.NewReader(paymentBody(900)))
+			if err != nil {
+				results[i].err = err
+				return
+			}
+			req.Header.Set("X-User-ID", user)
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := client.Do(req)
+			if err != nil {
+				results[i].err = err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			results[i] = result{status: resp.StatusCode, body: b, err: err, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+		}()
+	}
+	wg.Wait()
+	fresh := 0
+	for i, r := range results {
+		if r.err != nil || r.status != http.StatusCreated {
+			t.Errorf("caller %d: %d %s %v, want 201 after retries", i, r.status, r.body, r.err)
+			continue
+		}
+		if !r.replayed {
+			fresh++
+		}
+		if !bytes.Equal(r.body, results[0].body) {
+			t.Errorf("caller %d got %s, caller 0 %s", i, r.body, results[0].body)
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d fresh 201s, want 1", fresh)
+	}
+	if ps := listPayments(t, base, user); len(ps) != 1 {
+		t.Errorf("ledger holds %d payments, want 1", len(ps))
+	}
+}
+
+// checkRetryingClientProviderFailure: the Transport generates the key; the
+// provider fails once, the payment answers 502, the Transport retries with
+// the same key, and the provider, given the same relayed key, charges once.
+func checkRetryingClientProviderFailure(t *testing.T, bin string) {
+	fp := &fakeProvider{charges: map[string]int{}, ids: map[string]string{}}
+	prov := httptest.NewServer(fp)
+	t.Cleanup(prov.Close)
+	base := startServer(t, bin, nil, "-provider-url", prov.URL)
+	client := &http.Client{Transport: nethttpidem.NewTransport()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	user := "u-" + randomID()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", strings.NewReader(paymentBody(300)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-User-ID", user)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("got %d %s, want 201 after the Transport retried the 502", resp.StatusCode, body)
+	}
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.calls != 2 || len(fp.charges) != 1 {
+		t.Errorf("provider: %d calls, charges %v; want 2 calls and one charge", fp.calls, fp.charges)
+	}
+	for k, n := range fp.charges {
+		if n != 1 {
+			t.Errorf("relayed key %s charged %d times", k, n)
+		}
+	}
+	if len(fp.keys) == 2 && fp.keys[0] != fp.keys[1] {
+		t.Errorf("relayed keys differ across the retry: %q", fp.keys)
+	}
+	if ps := listPayments(t, base, user); len(ps) != 1 {
+		t.Errorf("ledger holds %d payments, want 1", len(ps))
+	}
 }
