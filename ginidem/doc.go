@@ -33,5 +33,18 @@
 // execution: the key is released for a retry and the response is left to an
 // error-rendering middleware registered outside this one. A panic releases the
 // key and answers a 500 problem; it is not re-raised (gin.Recovery sees
-// nothing) unless part of the response had already gone out.
+// nothing; the panic is added to c.Errors for logging middleware) unless
+// part of the response had already gone out.
+//
+// Responses that cannot be replayed: a chain that flushes (c.Stream,
+// c.SSEvent with Flush), hijacks, or writes past the capture (re-routing with
+// engine.HandleContext resets c.Writer to gin's own) sends its response as
+// written; the key is then recorded as "not retained" and a retry gets a 409
+// problem instead of a second execution.
+//
+// Compression: register a compressing middleware (gin-contrib/gzip) outside
+// this one, so that idem records the plain body and every answer, replays
+// included, is compressed alike. Inside it, the stored body is compressed and
+// Content-Encoding, which is not in the default replay allow-list, would have
+// to be added with core.WithReplayHeaders.
 package ginidem
