@@ -281,6 +281,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			attempts = 1
 		} else {
 			_ = req.Body.Close()
+			out.ContentLength = int64(len(buf))
 			out.Body = io.NopCloser(bytes.NewReader(buf))
 			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 		}
