@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -547,11 +549,27 @@ func (d *Decision) loseLease(cause error) {
 	}
 }
 
+// filterHeaders keeps the allow-listed headers of h, under their canonical
+// names. Keys a handler put in the map directly (h["content-type"]) reach
+// the client as written, so they count too; canonical keys come first.
 func (e *Engine) filterHeaders(h http.Header) http.Header {
 	out := make(http.Header, len(e.cfg.replayHeaders))
 	for _, name := range e.cfg.replayHeaders {
 		if v, ok := h[name]; ok && len(v) > 0 {
 			out[name] = append([]string(nil), v...)
+		}
+	}
+	var odd []string
+	for k := range h {
+		if len(h[k]) > 0 && http.CanonicalHeaderKey(k) != k {
+			odd = append(odd, k)
+		}
+	}
+	sort.Strings(odd)
+	for _, k := range odd {
+		name := http.CanonicalHeaderKey(k)
+		if slices.Contains(e.cfg.replayHeaders, name) {
+			out[name] = append(out[name], h[k]...)
 		}
 	}
 	return out

@@ -420,6 +420,27 @@ func TestReplay(t *testing.T) {
 	}
 }
 
+// Headers a handler put in the map under a non-canonical key go out to the
+// client as written, so the replay must keep them too.
+func TestReplayNonCanonicalHeaderKeys(t *testing.T) {
+	eng := newEngine(t, memstore.New())
+	d := proceed(t, eng, request("k", payBody))
+	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: 201, Body: []byte("b"), Header: http.Header{
+		"content-type": {"application/json"},
+		"Link":         {"</a>"},
+		"link":         {"</b>"},
+		"set-cookie":   {"s=1"},
+		"x-other":      {"1"},
+	}}))
+	r := decide(t, eng, request("k", payBody))
+	require.Equal(t, core.Replay, r.Outcome)
+	assert.Equal(t, http.Header{
+		"Content-Type":        {"application/json"},
+		"Link":                {"</a>", "</b>"},
+		"Idempotent-Replayed": {"true"},
+	}, r.Response.Header)
+}
+
 func TestReplayHeadersOption(t *testing.T) {
 	eng := newEngine(t, memstore.New(), core.WithReplayHeaders("x-custom"))
 	d := proceed(t, eng, request("k", payBody))
