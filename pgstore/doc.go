@@ -1,0 +1,56 @@
+// Package pgstore is the PostgreSQL store of idem: the core.Store that makes
+// idem's guarantees hold across every process and machine sharing one
+// database. It is built on pgx/v5 and needs PostgreSQL 12 or later (tested
+// on 15).
+//
+// # Use
+//
+//	pool, _ := pgxpool.New(ctx, dsn)
+//	if err := pgstore.Migrate(ctx, pool); err != nil { ... } // at start-up, from every instance
+//	store, _ := pgstore.New(pool)
+//	eng, _ := core.New(store)
+//	go func() { for range time.Tick(10 * time.Minute) { _ = store.Maintain(ctx) } }()
+//
+// # Guarantees
+//
+// Ownership is decided by the database. Claim is one statement that
+// inserts the record, takes it over (failed, or processing with a lapsed
+// lease, same request) or returns it unchanged; every write of an owner
+// (Heartbeat, Complete, Fail) is one UPDATE fenced by
+// WHERE token = $token AND status = 'processing'. Lease tokens come from a
+// sequence, so they are strictly increasing and never reused, even after a
+// record is deleted. Every instant is the database's now(); the
+// application's clock is never compared with it. One statement per phase:
+// claim, heartbeat, complete, fail, get (TestQueryCounts asserts it).
+//
+// # Transactional mode
+//
+// A handler that writes to the same database calls Tx(ctx) to get a
+// pgx.Tx bound to its lease. It does its business writes there and does not
+// commit: when the engine commits the response, Complete runs its fenced
+// update in that transaction and commits it, so the business writes and the
+// stored response are one atomic fact. A stale owner (its lease lapsed, a
+// retry took the key over) fails the fence: its transaction is rolled back
+// and its writes vanish; the engine answers it 409. An aborted execution
+// (error, panic, 5xx) rolls the transaction back.
+//
+// # Retention
+//
+// Two modes. Plain (default): one table; Sweep (and Maintain) delete
+// expired rows in bounded batches. Partitioned (WithPartitioning): a small
+// claim table keyed by (scope, key) enforces uniqueness, and response
+// payloads live in a table range-partitioned by day that Maintain drops whole
+// once a day's payloads are all past retention. See README.md for the DDL,
+// the design, pool sizing, maintenance, and which statements need
+// PostgreSQL itself rather than a compatible engine.
+//
+// # Errors
+//
+// Every method returns errors prefixed "pgstore: <operation>:" that wrap
+// the cause (pgx errors, *pgconn.PgError with its SQLSTATE, context errors,
+// core.ErrLeaseLost, core.ErrNotFound); nothing panics on connection loss,
+// serialization failures or a full pool.
+//
+// The package pgstore/pgtest holds test helpers (a pool on the test
+// database, a fresh schema per test) for adapters and examples.
+package pgstore
