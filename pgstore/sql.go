@@ -78,27 +78,36 @@ const (
 	recordCols = `scope, key, method, route, fingerprint, status, token, locked_until, created_at, expires_at`
 )
 
+// claimSet is the DO UPDATE SET clause of the claim: the claim conditions
+// are evaluated once, in a one-row sub-SELECT k, on the locked latest row
+// version r; every column is either set from the new claim (excluded) or
+// kept.
 func claimSet(partitioned bool) string {
-	set := []string{
-		`method = CASE WHEN ` + condClaim + ` THEN excluded.method ELSE r.method END`,
-		`route = CASE WHEN ` + condClaim + ` THEN excluded.route ELSE r.route END`,
-		`fingerprint = CASE WHEN ` + condClaim + ` THEN excluded.fingerprint ELSE r.fingerprint END`,
-		`status = CASE WHEN ` + condClaim + ` THEN 'processing' ELSE r.status END`,
-		`token = CASE WHEN ` + condClaim + ` THEN excluded.token ELSE r.token END`,
-		`locked_until = CASE WHEN ` + condClaim + ` THEN excluded.locked_until ELSE r.locked_until END`,
-		`created_at = CASE WHEN ` + condNew + ` THEN excluded.created_at ELSE r.created_at END`,
-		`expires_at = CASE WHEN ` + condClaim + ` THEN excluded.expires_at ELSE r.expires_at END`,
-		`completed_at = CASE WHEN ` + condClaim + ` THEN NULL ELSE r.completed_at END`,
+	cols := []string{"method", "route", "fingerprint", "status", "token", "locked_until", "created_at", "expires_at", "completed_at"}
+	vals := []string{
+		`CASE WHEN k.claim THEN excluded.method ELSE r.method END`,
+		`CASE WHEN k.claim THEN excluded.route ELSE r.route END`,
+		`CASE WHEN k.claim THEN excluded.fingerprint ELSE r.fingerprint END`,
+		`CASE WHEN k.claim THEN 'processing' ELSE r.status END`,
+		`CASE WHEN k.claim THEN excluded.token ELSE r.token END`,
+		`CASE WHEN k.claim THEN excluded.locked_until ELSE r.locked_until END`,
+		`CASE WHEN k.fresh THEN excluded.created_at ELSE r.created_at END`,
+		`CASE WHEN k.claim THEN excluded.expires_at ELSE r.expires_at END`,
+		`CASE WHEN k.claim THEN NULL ELSE r.completed_at END`,
 	}
 	if !partitioned {
-		set = append(set,
-			`resp_status = CASE WHEN `+condClaim+` THEN NULL ELSE r.resp_status END`,
-			`resp_header = CASE WHEN `+condClaim+` THEN NULL ELSE r.resp_header END`,
-			`resp_body = CASE WHEN `+condClaim+` THEN NULL ELSE r.resp_body END`,
-			`resp_not_retained = CASE WHEN `+condClaim+` THEN false ELSE r.resp_not_retained END`,
+		cols = append(cols, "resp_status", "resp_header", "resp_body", "resp_not_retained")
+		vals = append(vals,
+			`CASE WHEN k.claim THEN NULL ELSE r.resp_status END`,
+			`CASE WHEN k.claim THEN NULL ELSE r.resp_header END`,
+			`CASE WHEN k.claim THEN NULL ELSE r.resp_body END`,
+			`CASE WHEN k.claim THEN false ELSE r.resp_not_retained END`,
 		)
 	}
-	return strings.Join(set, ",\n    ")
+	return `(` + strings.Join(cols, ", ") + `) = (
+      SELECT ` + strings.Join(vals, ",\n             ") + `
+      FROM (SELECT ` + condClaim + ` AS claim,
+                   ` + condNew + ` AS fresh) k)`
 }
 
 func buildStatements(c config) statements {
