@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgtest"
@@ -177,4 +176,3 @@ func BenchmarkConformance(b *testing.B) {
 		})
 	}
 }
-
