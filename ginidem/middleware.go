@@ -68,8 +68,7 @@ func serve(eng *core.Engine, cfg *config, c *gin.Context, req core.Request) {
 		if d != nil {
 			fallback = d.Response
 		}
-		cfg.onError(c, err, fallback)
-		c.Abort()
+		handleError(c, cfg, err, fallback)
 		return
 	}
 	r := c.Request
@@ -109,7 +108,7 @@ func serve(eng *core.Engine, cfg *config, c *gin.Context, req core.Request) {
 		_ = eng.Abort(ctx, d, cause)
 		// The rest of the chain must not run after the panicking handler.
 		c.Abort()
-		if p == http.ErrAbortHandler || rec.Streaming() { //nolint:errorlint // sentinel compared as net/http does
+		if p == http.ErrAbortHandler || rec.Streaming() || orig.Written() { //nolint:errorlint // sentinel compared as net/http does
 			// The response is half out; let net/http drop the connection.
 			panic(http.ErrAbortHandler)
 		}
@@ -156,13 +155,29 @@ func serve(eng *core.Engine, cfg *config, c *gin.Context, req core.Request) {
 			// The handler's response is still buffered in rec and never goes
 			// out: answer on gin's writer instead.
 			c.Writer = orig
-			cfg.onError(c, err, eng.CommitErrorResponse(err))
-			c.Abort()
+			handleError(c, cfg, err, eng.CommitErrorResponse(err))
 		}
 		return
 	}
 	_ = rec.Send()
 	orig.WriteHeaderNow()
+}
+
+// handleError runs the error handler and aborts the chain. An error handler
+// that leaves the response unwritten with gin's default status would let gin
+// answer an empty 200 to a request that did not complete: fallback is
+// written instead.
+func handleError(c *gin.Context, cfg *config, err error, fallback *core.Response) {
+	cfg.onError(c, err, fallback)
+	c.Abort()
+	if c.Writer.Written() {
+		return
+	}
+	if c.Writer.Status() == http.StatusOK && fallback != nil {
+		writeResponse(c, fallback)
+		return
+	}
+	c.Writer.WriteHeaderNow()
 }
 
 // writeResponse writes resp with gin's writer and commits the header, so

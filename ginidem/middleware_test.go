@@ -693,3 +693,25 @@ func TestWriteBehindCapture(t *testing.T) {
 		t.Errorf("handler ran %d times, want 1", n.Load())
 	}
 }
+
+// TestErrorHandlerWritesNothing: an error handler that only logs cannot turn
+// a store failure into gin's empty 200; one that sets a status keeps it.
+func TestErrorHandlerWritesNothing(t *testing.T) {
+	eng := newEngineOn(t, idemtest.FailingStore{Store: memstore.New()})
+	var logged atomic.Int64
+	r := gin.New()
+	h := func(c *gin.Context) { c.Status(http.StatusCreated) }
+	r.POST("/log", ginidem.Middleware(eng, ginidem.WithErrorHandler(func(*gin.Context, error, *core.Response) {
+		logged.Add(1)
+	})), h)
+	r.POST("/status", ginidem.Middleware(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *core.Response) {
+		c.Status(http.StatusBadGateway)
+	})), h)
+	checkProblem(t, serve(r, req{path: "/log", key: "l", body: payBody}), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	if logged.Load() != 1 {
+		t.Errorf("error handler called %d times", logged.Load())
+	}
+	if got := serve(r, req{path: "/status", key: "l", body: payBody}); got.status != http.StatusBadGateway || len(got.body) != 0 {
+		t.Errorf("status-only error handler = %d %q, want its 502", got.status, got.body)
+	}
+}

@@ -17,7 +17,9 @@ func (f optionFunc) apply(c *config) { f(c) }
 // unreachable (nothing ran) or the handler's outcome could not be recorded
 // (its response is discarded). err describes the failure; fallback is the
 // problem+json response idem would write (503, or 409 when the lease was lost
-// to a retry). The middleware calls c.Abort itself.
+// to a retry). The middleware calls c.Abort itself. A handler that writes
+// nothing and leaves gin's default status 200 gets fallback written for it:
+// a request that did not complete must never look like a success.
 type ErrorHandler func(c *gin.Context, err error, fallback *core.Response)
 
 type config struct {
