@@ -10,19 +10,15 @@ import (
 // requestHeader copies fasthttp's request headers into an http.Header.
 // fasthttp hands out keys and values that alias buffers it reuses for the
 // next request, and the engine keeps the key (and the store keeps records
-// built from it), so every byte is copied — into a single string, of which
-// the keys and values are substrings: three allocations whatever the number
+// built from it), so every byte is copied. Common names and values come
+// from constants; the other bytes are copied into one string of which keys
+// and values are substrings: a handful of allocations whatever the number
 // of headers, instead of two per header.
 func requestHeader(h *fasthttp.RequestHeader) http.Header {
 	var hc headerCopy
-	h.VisitAll(func(k, v []byte) { hc.count(k, v) })
-	if hc.n == 0 {
-		return http.Header{}
-	}
-	hc.grow()
-	h.VisitAll(func(k, v []byte) { hc.write(k, v) })
-	hc.seal()
-	h.VisitAll(func(k, v []byte) { hc.add(k, v) })
+	h.VisitAll(hc.count)
+	hc.init()
+	h.VisitAll(hc.add)
 	return hc.out
 }
 
@@ -31,81 +27,67 @@ func requestHeader(h *fasthttp.RequestHeader) http.Header {
 // allow-list), so they are not copied.
 func responseHeader(h *fasthttp.ResponseHeader) http.Header {
 	var hc headerCopy
-	h.VisitAll(func(k, v []byte) {
-		if !skipResponseHeader(k) {
-			hc.count(k, v)
-		}
-	})
-	if hc.n == 0 {
-		return http.Header{}
-	}
-	hc.grow()
-	h.VisitAll(func(k, v []byte) {
-		if !skipResponseHeader(k) {
-			hc.write(k, v)
-		}
-	})
-	hc.seal()
-	h.VisitAll(func(k, v []byte) {
-		if !skipResponseHeader(k) {
-			hc.add(k, v)
-		}
-	})
+	hc.skipNeverKept = true
+	h.VisitAll(hc.count)
+	hc.init()
+	h.VisitAll(hc.add)
 	return hc.out
 }
 
-func skipResponseHeader(k []byte) bool {
-	switch string(k) { // no allocation: the compiler compares in place
+// headerCopy builds an http.Header in two passes over a header visitor:
+// count (entries, and bytes that need copying), then add.
+type headerCopy struct {
+	skipNeverKept bool
+	n, size       int
+	sb            strings.Builder
+	vals          []string
+	out           http.Header
+}
+
+func (hc *headerCopy) skip(k []byte) bool {
+	if !hc.skipNeverKept {
+		return false
+	}
+	switch string(k) { // compared in place, no allocation
 	case fasthttp.HeaderSetCookie, fasthttp.HeaderContentLength:
 		return true
 	}
 	return false
 }
 
-// headerCopy builds an http.Header in three passes over the same visitor:
-// count, write every byte into one buffer, then slice keys and values out
-// of it. The passes see the same headers in the same order (nothing runs in
-// between); add falls back to a plain copy if they ever did not.
-type headerCopy struct {
-	n, size int
-	sb      strings.Builder
-	all     string
-	off     int
-	vals    []string
-	out     http.Header
-}
-
 func (hc *headerCopy) count(k, v []byte) {
+	if hc.skip(k) {
+		return
+	}
 	hc.n++
-	hc.size += len(k) + len(v)
+	if knownName(k) == "" {
+		hc.size += len(k)
+	}
+	if knownValue(v) == "" {
+		hc.size += len(v)
+	}
 }
 
-func (hc *headerCopy) grow() { hc.sb.Grow(hc.size) }
-
-func (hc *headerCopy) write(k, v []byte) {
-	hc.sb.Write(k)
-	hc.sb.Write(v)
-}
-
-func (hc *headerCopy) seal() {
-	hc.all = hc.sb.String()
+func (hc *headerCopy) init() {
+	hc.sb.Grow(hc.size)
 	hc.vals = make([]string, 0, hc.n)
 	hc.out = make(http.Header, hc.n)
 }
 
 func (hc *headerCopy) add(k, v []byte) {
-	var key, val string
-	if end := hc.off + len(k) + len(v); end <= len(hc.all) &&
-		hc.all[hc.off:hc.off+len(k)] == string(k) && hc.all[hc.off+len(k):end] == string(v) {
-		key = hc.all[hc.off : hc.off+len(k)]
-		val = hc.all[hc.off+len(k) : end]
-		hc.off = end
-	} else {
-		key, val = string(k), string(v)
+	if hc.skip(k) {
+		return
 	}
-	// fasthttp normalises names the way net/http does unless the app sets
-	// DisableHeaderNormalizing; CanonicalHeaderKey allocates only then.
-	key = http.CanonicalHeaderKey(key)
+	key := knownName(k)
+	if key == "" {
+		// fasthttp normalises names as net/http does unless the app sets
+		// DisableHeaderNormalizing; CanonicalHeaderKey allocates only then.
+		key = http.CanonicalHeaderKey(hc.copy(k))
+	}
+	val := knownValue(v)
+	if val == "" && len(v) > 0 {
+		val = hc.copy(v)
+	}
 	if old, ok := hc.out[key]; ok {
 		hc.out[key] = append(old, val)
 		return
@@ -117,4 +99,97 @@ func (hc *headerCopy) add(k, v []byte) {
 		return
 	}
 	hc.out[key] = []string{val}
+}
+
+// copy appends b to the builder and returns the copy, a substring of the
+// builder's string. A strings.Builder never modifies bytes it has written
+// (it grows by copying), so earlier substrings stay valid as it grows.
+func (hc *headerCopy) copy(b []byte) string {
+	start := hc.sb.Len()
+	hc.sb.Write(b)
+	return hc.sb.String()[start:]
+}
+
+// knownName returns the constant for a common header name, or "".
+func knownName(k []byte) string {
+	switch string(k) {
+	case "Accept":
+		return "Accept"
+	case "Accept-Encoding":
+		return "Accept-Encoding"
+	case "Accept-Language":
+		return "Accept-Language"
+	case "Authorization":
+		return "Authorization"
+	case "Cache-Control":
+		return "Cache-Control"
+	case "Connection":
+		return "Connection"
+	case "Content-Disposition":
+		return "Content-Disposition"
+	case "Content-Encoding":
+		return "Content-Encoding"
+	case "Content-Language":
+		return "Content-Language"
+	case "Content-Length":
+		return "Content-Length"
+	case "Content-Location":
+		return "Content-Location"
+	case "Content-Type":
+		return "Content-Type"
+	case "Cookie":
+		return "Cookie"
+	case "Etag", "ETag":
+		return "Etag" // as net/http canonicalises it
+	case "Host":
+		return "Host"
+	case "Idempotency-Key":
+		return "Idempotency-Key"
+	case "Last-Modified":
+		return "Last-Modified"
+	case "Link":
+		return "Link"
+	case "Location":
+		return "Location"
+	case "Origin":
+		return "Origin"
+	case "Preference-Applied":
+		return "Preference-Applied"
+	case "Referer":
+		return "Referer"
+	case "Server":
+		return "Server"
+	case "User-Agent":
+		return "User-Agent"
+	case "X-Forwarded-For":
+		return "X-Forwarded-For"
+	case "X-Request-Id":
+		return "X-Request-Id"
+	}
+	return ""
+}
+
+// knownValue returns the constant for a common header value, or "".
+func knownValue(v []byte) string {
+	switch string(v) {
+	case "application/json":
+		return "application/json"
+	case "application/json; charset=utf-8":
+		return "application/json; charset=utf-8"
+	case "application/problem+json":
+		return "application/problem+json"
+	case "text/plain; charset=utf-8":
+		return "text/plain; charset=utf-8"
+	case "text/html; charset=utf-8":
+		return "text/html; charset=utf-8"
+	case "*/*":
+		return "*/*"
+	case "gzip":
+		return "gzip"
+	case "keep-alive":
+		return "keep-alive"
+	case "close":
+		return "close"
+	}
+	return ""
 }

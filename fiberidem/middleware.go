@@ -102,9 +102,18 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		Method: methodOf(c),
 		Route:  route,
 		Header: requestHeader(&c.Request().Header),
-		// Decide reads the body into its own buffer (core.Decision.Body):
-		// nothing it keeps aliases fasthttp's request buffer.
-		Body: bytes.NewReader(c.Body()),
+	}
+	// Decide reads the body into its own buffer (core.Decision.Body) before
+	// it returns: nothing it keeps aliases fasthttp's request buffer, and
+	// the reader can be reused.
+	var br *bytes.Reader
+	if body := c.Body(); len(body) > 0 {
+		br, _ = readerPool.Get().(*bytes.Reader)
+		if br == nil {
+			br = new(bytes.Reader)
+		}
+		br.Reset(body)
+		req.Body = br
 	}
 	if m.cfg.scope != nil {
 		scope := m.cfg.scope
@@ -115,6 +124,10 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	}
 	parent := c.UserContext()
 	d, err := m.eng.Decide(parent, req)
+	if br != nil {
+		br.Reset(nil)
+		readerPool.Put(br)
+	}
 	if err != nil {
 		var fallback *core.Response
 		if d != nil {
@@ -240,6 +253,8 @@ func writeResponse(c *fiber.Ctx, resp *core.Response) error {
 	}
 	return c.Status(status).Send(resp.Body)
 }
+
+var readerPool = sync.Pool{New: func() any { return new(bytes.Reader) }}
 
 var headerPool = sync.Pool{New: func() any { return new(fasthttp.ResponseHeader) }}
 
