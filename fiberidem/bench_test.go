@@ -234,4 +234,3 @@ func coreRoundTrip(b *testing.B, eng *core.Engine, key []byte, want core.Outcome
 		b.Fatal(err)
 	}
 }
-
