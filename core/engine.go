@@ -212,7 +212,8 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	}
 
 	body, tooLarge, err := readBody(req.Body, e.cfg.maxRequest)
-	if tooLarge {
+	var mbe *http.MaxBytesError
+	if tooLarge || errors.As(err, &mbe) { // our limit, or one set outside (http.MaxBytesReader)
 		return e.reject(ctx, "rejected", req.Route, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
 			"the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes"), nil
 	}
@@ -248,6 +249,16 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		start := time.Now()
 		res, err := e.store.Claim(ctx, claim)
 		took := time.Since(start)
+		if err != nil && ctx.Err() != nil {
+			// The client went away before the claim: not a store failure,
+			// and nothing was claimed. The answer goes nowhere.
+			e.observe(Event{Kind: "canceled", Scope: scope, Route: req.Route, Duration: took, Err: err})
+			e.log(ctx, slog.LevelInfo, "canceled", key, scope, req.Route, slog.Any("err", err))
+			d.Outcome = Reject
+			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+				"the request was cancelled before it was processed")
+			return d, nil
+		}
 		if err != nil {
 			err = fmt.Errorf("idem: claim: %w", err)
 			e.observe(Event{Kind: "store_error", Scope: scope, Route: req.Route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})

@@ -44,7 +44,7 @@ func DefaultOutcomePolicy(status int) Class {
 
 // DefaultReplayHeaders is the response header allow-list kept for replay.
 var DefaultReplayHeaders = []string{
-	"Content-Type", "Content-Language", "Content-Location", "Content-Disposition",
+	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location", "Content-Disposition", "Vary",
 	"Location", "ETag", "Last-Modified", "Link", "Preference-Applied",
 }
 
@@ -64,7 +64,8 @@ type ScopeFunc func(ctx context.Context, r *Request) (string, error)
 // Event is reported to the observer for each decision and commit.
 type Event struct {
 	// Kind is one of: "bypass", "claim", "replay", "conflict", "mismatch",
-	// "not_retained", "rejected", "store_error", "commit", "fail", "abort",
+	// "not_retained", "rejected", "store_error", "canceled" (the client went
+	// away before the claim), "commit", "fail", "abort",
 	// "lease_lost", "heartbeat_error".
 	Kind     string
 	Scope    string
