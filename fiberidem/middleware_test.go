@@ -645,3 +645,29 @@ func TestOptions(t *testing.T) {
 		t.Errorf("invalid key: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestUseMountedRoutes: registered with app.Use or Group.Use, c.Route() is
+// the middleware's prefix route, so the fingerprint uses the request path:
+// one key on two endpoints is refused instead of replaying the wrong one.
+func TestUseMountedRoutes(t *testing.T) {
+	store := memstore.New()
+	app := newApp()
+	v1 := app.Group("/v1")
+	v1.Use(fiberidem.New(newEngine(t, store)))
+	v1.Post("/payments", func(c *fiber.Ctx) error { return c.Status(201).SendString("payment") })
+	v1.Post("/refunds", func(c *fiber.Ctx) error { return c.Status(201).SendString("refund") })
+	base := serve(t, app)
+	cl := client(t, 0)
+	if r := mustDo(t, cl, "POST", base+"/v1/payments", "{}", "Idempotency-Key", "u1"); r.Status != 201 || r.Body != "payment" {
+		t.Fatalf("payments: %d %q", r.Status, r.Body)
+	}
+	if r := mustDo(t, cl, "POST", base+"/v1/refunds", "{}", "Idempotency-Key", "u1"); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("same key on another route: %d %q", r.Status, r.Body)
+	}
+	if r := mustDo(t, cl, "POST", base+"/v1/payments", "{}", "Idempotency-Key", "u1"); r.Body != "payment" || r.Header.Get(core.ReplayedHeader) != "true" {
+		t.Fatalf("replay: %d %q", r.Status, r.Body)
+	}
+	if rec, err := store.Get(context.Background(), "", "u1"); err != nil || rec.Route != "/v1/payments" {
+		t.Fatalf("record route %q: %v", rec.Route, err)
+	}
+}
