@@ -220,6 +220,7 @@ func startServer(t *testing.T, bin string, env []string, args ...string) string 
 	t.Helper()
 	args = append([]string{"-addr", "127.0.0.1:0", "-log", "json"}, args...)
 	cmd := exec.Command(bin, args...)
+	killWithParent(cmd)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DATABASE_URL=") {
 			cmd.Env = append(cmd.Env, kv)
