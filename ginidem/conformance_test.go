@@ -41,6 +41,14 @@ func TestConformance(t *testing.T) {
 // TestConformancePostgres runs the suite on pgstore, in a schema of its own
 // (pgtest). Scenarios use unique keys and tenants, so they share one store.
 func TestConformancePostgres(t *testing.T) {
+	store, _ := newPGStore(t)
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+}
+
+// newPGStore migrates a fresh schema (dropped when t ends) and returns a
+// pgstore on it.
+func newPGStore(t *testing.T) (*pgstore.Store, string) {
+	t.Helper()
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t, pool)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -52,5 +60,5 @@ func TestConformancePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pgstore.New: %v", err)
 	}
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+	return store, schema
 }
