@@ -38,7 +38,9 @@
 //     problem, never a second execution. fasthttp sends a body stream only
 //     after the handler returns, so even those responses are replaced by a
 //     problem when Commit fails.
-//   - Register compression (middleware/compress) before idem, so that idem
-//     records the uncompressed response; replays are then compressed again
-//     on the way out.
+//   - Register compression (middleware/compress) with app.Use before idem,
+//     so that idem records the uncompressed response and each replay is
+//     compressed for the retry's own Accept-Encoding. Compression inside
+//     idem is recorded as is (body and Content-Encoding) and replayed
+//     compressed whatever the retry accepts.
 package fiberidem

@@ -161,6 +161,8 @@ func knownName(k []byte) string {
 		return "Server"
 	case "User-Agent":
 		return "User-Agent"
+	case "Vary":
+		return "Vary"
 	case "X-Forwarded-For":
 		return "X-Forwarded-For"
 	case "X-Request-Id":
