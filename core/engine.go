@@ -205,15 +205,14 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if err != nil {
 		return e.reject(ctx, "rejected", req.Route, ProblemInvalidKey, http.StatusBadRequest, err.Error()), nil
 	}
-	scope, err := e.cfg.scope(ctx, &req)
+	scope, err := e.scopeOf(ctx, &req)
 	if err != nil {
 		return e.reject(ctx, "rejected", req.Route, ProblemScopeUnavailable, http.StatusUnauthorized,
 			"the request's tenant could not be determined"), nil
 	}
 
 	body, tooLarge, err := readBody(req.Body, e.cfg.maxRequest)
-	var mbe *http.MaxBytesError
-	if tooLarge || errors.As(err, &mbe) { // our limit, or one set outside (http.MaxBytesReader)
+	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
 		return e.reject(ctx, "rejected", req.Route, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
 			"the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes"), nil
 	}
@@ -328,10 +327,13 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 				}
 			}
 		}
-		retry := int64(1)
-		if left := rec.LockedUntil.Sub(res.Now); left > time.Second {
-			retry = int64((left + time.Second - 1) / time.Second)
+		// Most owners finish within a second or two; a dead one is taken
+		// over when its lease lapses, so never hint past that.
+		hint := e.cfg.retryAfter
+		if left := rec.LockedUntil.Sub(res.Now); left < hint {
+			hint = left
 		}
+		retry := max(int64((hint+time.Second-1)/time.Second), 1)
 		e.observe(Event{Kind: "conflict", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
 		e.log(ctx, slog.LevelInfo, "conflict", key, scope, req.Route)
 		d.Outcome = Reject
@@ -340,6 +342,34 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
 		return d, nil
 	}
+}
+
+// scopeOf finds the request's tenant. The default (WithScope not set) is
+// requestScope, called directly so that req does not escape to the heap; a
+// custom ScopeFunc gets a heap copy, and what it changes in it is kept.
+func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
+	if e.cfg.defaultScope {
+		if req.ScopeFunc != nil {
+			return req.ScopeFunc(ctx)
+		}
+		return req.Scope, nil
+	}
+	r := new(Request)
+	*r = *req
+	scope, err := e.cfg.scope(ctx, r)
+	*req = *r
+	return scope, err
+}
+
+// isMaxBytesError reports an *http.MaxBytesError in err's chain; a
+// separate function, so the target of errors.As is allocated only for an
+// error.
+func isMaxBytesError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
 }
 
 func (e *Engine) bypass(req Request) *Decision {
@@ -353,28 +383,63 @@ func (e *Engine) reject(ctx context.Context, kind, route, problem string, status
 	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
 }
 
+// replayResponse copies the stored headers (the adapter may change the
+// copy) and marks the response replayed. Every header value shares one
+// backing array, each key's slice capped so an append reallocates.
 func replayResponse(sr *StoredResponse) *Response {
+	n := 1
+	for _, v := range sr.Header {
+		n += len(v)
+	}
+	vals := make([]string, 0, n)
 	h := make(http.Header, len(sr.Header)+1)
 	for k, v := range sr.Header {
-		h[k] = append([]string(nil), v...)
+		if len(v) == 0 {
+			h[k] = nil
+			continue
+		}
+		i := len(vals)
+		vals = append(vals, v...)
+		h[k] = vals[i:len(vals):len(vals)]
 	}
-	h.Set(ReplayedHeader, "true")
+	i := len(vals)
+	vals = append(vals, "true")
+	h[ReplayedHeader] = vals[i : i+1 : i+1] // h.Set: ReplayedHeader is canonical
 	return &Response{Status: sr.Status, Header: h, Body: sr.Body}
 }
 
 // readBody reads at most limit bytes. tooLarge reports a body over the limit.
+// It is io.ReadAll(io.LimitReader(r, limit+1)) without the LimitReader's
+// allocation.
 func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) {
 	if r == nil || r == http.NoBody {
 		return []byte{}, false, nil
 	}
-	body, err = io.ReadAll(io.LimitReader(r, limit+1))
-	if int64(len(body)) > limit {
-		return nil, true, nil
+	body = make([]byte, 0, 512)
+	for {
+		if int64(len(body)) > limit {
+			return nil, true, nil
+		}
+		if len(body) == cap(body) {
+			body = append(body, 0)[:len(body)] // grow as append does
+		}
+		room := cap(body) - len(body)
+		if left := limit + 1 - int64(len(body)); left < int64(room) {
+			room = int(left)
+		}
+		n, rerr := r.Read(body[len(body) : len(body)+room])
+		body = body[:len(body)+n]
+		if rerr == nil {
+			continue
+		}
+		if int64(len(body)) > limit {
+			return nil, true, nil
+		}
+		if rerr == io.EOF {
+			return body, false, nil
+		}
+		return nil, false, fmt.Errorf("idem: read body: %w", rerr)
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("idem: read body: %w", err)
-	}
-	return body, false, nil
 }
 
 // Commit records the handler's response for the decision's key: final
@@ -564,10 +629,19 @@ func (d *Decision) loseLease(cause error) {
 // names. Keys a handler put in the map directly (h["content-type"]) reach
 // the client as written, so they count too; canonical keys come first.
 func (e *Engine) filterHeaders(h http.Header) http.Header {
-	out := make(http.Header, len(e.cfg.replayHeaders))
+	n := 0
+	for _, name := range e.cfg.replayHeaders {
+		n += len(h[name])
+	}
+	// One backing array for the values kept under canonical names; each
+	// key's slice is capped, so appending the odd keys below reallocates.
+	vals := make([]string, 0, n)
+	out := make(http.Header, min(len(h), len(e.cfg.replayHeaders)))
 	for _, name := range e.cfg.replayHeaders {
 		if v, ok := h[name]; ok && len(v) > 0 {
-			out[name] = append([]string(nil), v...)
+			i := len(vals)
+			vals = append(vals, v...)
+			out[name] = vals[i:len(vals):len(vals)]
 		}
 	}
 	var odd []string

@@ -318,7 +318,7 @@ func TestDecideMismatchBeforeInFlight(t *testing.T) {
 	// The identical request, meanwhile, is in flight.
 	d := decide(t, eng, request("k", payBody))
 	requireProblem(t, d, http.StatusConflict, core.ProblemInFlight)
-	assert.Equal(t, "30", d.Response.Header.Get("Retry-After"), "Retry-After is the lease left, rounded up")
+	assert.Equal(t, "1", d.Response.Header.Get("Retry-After"), "Retry-After is the WithRetryAfter hint (default 1s)")
 
 	require.NoError(t, eng.Commit(context.Background(), first, created(`{"id":1}`)))
 	requireProblem(t, decide(t, eng, request("k", `{"amount":50000}`)), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
@@ -914,4 +914,24 @@ func TestCoreDependsOnStdlibOnly(t *testing.T) {
 		first, _, _ := strings.Cut(p, "/")
 		assert.NotContains(t, first, ".", "core depends on the non-standard package %s", p)
 	}
+}
+
+// The Retry-After hint follows WithRetryAfter but never exceeds the lease left.
+func TestRetryAfterHint(t *testing.T) {
+	eng := newEngine(t, memstore.New(), core.WithRetryAfter(10*time.Second))
+	first := proceed(t, eng, request("k", payBody))
+	d := decide(t, eng, request("k", payBody))
+	requireProblem(t, d, http.StatusConflict, core.ProblemInFlight)
+	assert.Equal(t, "10", d.Response.Header.Get("Retry-After"))
+	require.NoError(t, eng.Abort(context.Background(), first, nil))
+
+	eng = newEngine(t, memstore.New(), core.WithRetryAfter(time.Hour), core.WithLease(2*time.Second))
+	first = proceed(t, eng, request("k", payBody))
+	d = decide(t, eng, request("k", payBody))
+	requireProblem(t, d, http.StatusConflict, core.ProblemInFlight)
+	assert.Equal(t, "2", d.Response.Header.Get("Retry-After"), "capped by the lease left")
+	require.NoError(t, eng.Abort(context.Background(), first, nil))
+
+	_, err := core.New(memstore.New(), core.WithRetryAfter(10*time.Millisecond))
+	assert.Error(t, err)
 }

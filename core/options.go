@@ -88,6 +88,7 @@ type config struct {
 	fpHeaders      []string
 	canonicalJSON  bool
 	scope          ScopeFunc
+	defaultScope   bool // scope is requestScope: Decide calls it directly
 	wait           time.Duration
 	waitPoll       time.Duration
 	now            func() time.Time
@@ -95,6 +96,7 @@ type config struct {
 	logKeys        bool
 	observer       func(Event)
 	commitTimeout  time.Duration
+	retryAfter     time.Duration
 	problemBaseURI string
 }
 
@@ -110,10 +112,12 @@ func defaultConfig() config {
 		policy:        DefaultOutcomePolicy,
 		replayHeaders: DefaultReplayHeaders,
 		scope:         requestScope,
+		defaultScope:  true,
 		waitPoll:      20 * time.Millisecond,
 		now:           time.Now,
 		logger:        slog.New(slog.DiscardHandler),
 		commitTimeout: 5 * time.Second,
+		retryAfter:    time.Second,
 	}
 }
 
@@ -201,7 +205,7 @@ func WithCanonicalJSON(on bool) Option {
 // request with 401 and runs nothing. Default: Request.ScopeFunc if set, else
 // Request.Scope ("" when none).
 func WithScope(f ScopeFunc) Option {
-	return optionFunc(func(c *config) { c.scope = f })
+	return optionFunc(func(c *config) { c.scope, c.defaultScope = f, false })
 }
 
 // WithWait makes a duplicate that arrives while the first request is in
@@ -247,6 +251,13 @@ func WithObserver(f func(Event)) Option {
 // Default: 5s.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.commitTimeout = d })
+}
+
+// WithRetryAfter sets the Retry-After hint sent with 409 in-flight, in whole
+// seconds; it never exceeds the time left on the owner's lease.
+// Default: 1s.
+func WithRetryAfter(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retryAfter = d })
 }
 
 // WithProblemBaseURI sets the prefix of problem `type` URIs.
@@ -309,6 +320,9 @@ func (c *config) validate() error {
 	}
 	if c.commitTimeout <= 0 {
 		bad("commit timeout must be positive, got %v", c.commitTimeout)
+	}
+	if c.retryAfter < time.Second {
+		bad("retry-after hint %v is shorter than 1s", c.retryAfter)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("idem: invalid options: %w", errors.Join(errs...))
