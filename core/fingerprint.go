@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -35,10 +36,11 @@ type FingerprintInput struct {
 // route template, selected headers and body. Every field is length-prefixed,
 // so no two different inputs share an encoding.
 func Fingerprint(in FingerprintInput) string {
-	h := sha256.New()
-	writeField(h, "idem-fp-v1")
-	writeField(h, strings.ToUpper(in.Method))
-	writeField(h, in.Route)
+	x := newHasher()
+	defer x.release()
+	x.field("idem-fp-v1")
+	x.field(strings.ToUpper(in.Method))
+	x.field(in.Route)
 	if len(in.Headers) > 0 {
 		names := make([]string, len(in.Headers))
 		for i, n := range in.Headers {
@@ -46,40 +48,87 @@ func Fingerprint(in FingerprintInput) string {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			writeField(h, n)
+			x.field(n)
 			vals := in.Header.Values(n)
-			writeUint(h, uint64(len(vals)))
+			x.uint(uint64(len(vals)))
 			for _, v := range vals {
-				writeField(h, v)
+				x.field(v)
 			}
 		}
 	}
 	if in.CanonicalJSON {
 		if canon, ok := canonicalJSON(in.Body); ok {
-			writeField(h, "json")
-			writeBytes(h, canon)
-			return hex.EncodeToString(h.Sum(nil))
+			x.field("json")
+			x.bytes(canon)
+			return x.hexSum("", sha256.Size)
 		}
 	}
-	writeField(h, "raw")
-	writeBytes(h, in.Body)
-	return hex.EncodeToString(h.Sum(nil))
+	x.field("raw")
+	x.bytes(in.Body)
+	return x.hexSum("", sha256.Size)
 }
 
-func writeUint(h hash.Hash, n uint64) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], n)
-	h.Write(b[:])
+// hasher feeds length-prefixed fields to a SHA-256. Small fields are
+// gathered in buf and written in one call; a large body is written
+// directly, never copied. Hashers are pooled: a fingerprint then costs one
+// allocation, its result string.
+type hasher struct {
+	h   hash.Hash
+	buf []byte
 }
 
-func writeField(h hash.Hash, s string) {
-	writeUint(h, uint64(len(s)))
-	h.Write([]byte(s))
+// inlineBytes is the largest byte field copied into the buffer rather than
+// written to the hash on its own.
+const inlineBytes = 1024
+
+var hasherPool = sync.Pool{New: func() any {
+	return &hasher{h: sha256.New(), buf: make([]byte, 0, 2*inlineBytes)}
+}}
+
+func newHasher() *hasher { return hasherPool.Get().(*hasher) }
+
+func (x *hasher) release() {
+	x.h.Reset()
+	if cap(x.buf) > 64<<10 { // do not keep a huge route or header around
+		x.buf = make([]byte, 0, 2*inlineBytes)
+	}
+	x.buf = x.buf[:0]
+	hasherPool.Put(x)
 }
 
-func writeBytes(h hash.Hash, b []byte) {
-	writeUint(h, uint64(len(b)))
-	h.Write(b)
+func (x *hasher) uint(n uint64) { x.buf = binary.BigEndian.AppendUint64(x.buf, n) }
+
+func (x *hasher) field(s string) {
+	x.uint(uint64(len(s)))
+	x.buf = append(x.buf, s...)
+}
+
+func (x *hasher) bytes(b []byte) {
+	x.uint(uint64(len(b)))
+	if len(b) <= inlineBytes {
+		x.buf = append(x.buf, b...)
+		return
+	}
+	x.flush()
+	x.h.Write(b)
+}
+
+func (x *hasher) flush() {
+	if len(x.buf) > 0 {
+		x.h.Write(x.buf)
+		x.buf = x.buf[:0]
+	}
+}
+
+// hexSum returns prefix followed by the hex encoding of the first n bytes
+// of the digest (n <= sha256.Size, len(prefix) <= 16).
+func (x *hasher) hexSum(prefix string, n int) string {
+	x.flush()
+	sum := x.h.Sum(x.buf[:0])
+	var out [16 + 2*sha256.Size]byte
+	p := copy(out[:], prefix)
+	hex.Encode(out[p:], sum[:n])
+	return string(out[:p+2*n])
 }
 
 // canonicalJSON re-encodes body with sorted object keys and no insignificant

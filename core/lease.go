@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"sync"
 )
 
@@ -104,10 +102,11 @@ func RelayKey(ctx context.Context, label string) string {
 }
 
 func relayKey(scope, key, label string) string {
-	h := sha256.New()
-	writeField(h, "idem-relay-v1")
-	writeField(h, scope)
-	writeField(h, key)
-	writeField(h, label)
-	return "idem_" + hex.EncodeToString(h.Sum(nil)[:20])
+	x := newHasher()
+	defer x.release()
+	x.field("idem-relay-v1")
+	x.field(scope)
+	x.field(key)
+	x.field(label)
+	return x.hexSum("idem_", 20)
 }
