@@ -116,9 +116,12 @@ func New(store Store, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	cfg.header = http.CanonicalHeaderKey(cfg.header)
+	// Canonicalise a copy: the default list is a shared package variable.
+	canon := make([]string, len(cfg.replayHeaders))
 	for i, h := range cfg.replayHeaders {
-		cfg.replayHeaders[i] = http.CanonicalHeaderKey(h)
+		canon[i] = http.CanonicalHeaderKey(h)
 	}
+	cfg.replayHeaders = canon
 	return &Engine{store: store, cfg: cfg}, nil
 }
 

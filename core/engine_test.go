@@ -935,3 +935,23 @@ func TestRetryAfterHint(t *testing.T) {
 	_, err := core.New(memstore.New(), core.WithRetryAfter(10*time.Millisecond))
 	assert.Error(t, err)
 }
+
+// Engines built concurrently must not share mutable option state (the
+// default header allow-list is a package variable).
+func TestNewConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := core.New(memstore.New(), core.WithReplayHeaders("content-type", "location")); err != nil {
+				t.Errorf("New: %v", err)
+			}
+			if _, err := core.New(memstore.New()); err != nil {
+				t.Errorf("New: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Contains(t, core.DefaultReplayHeaders, "Content-Type")
+}
