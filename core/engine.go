@@ -66,6 +66,11 @@ type Request struct {
 	// Route is the route template ("/v1/payments/:id"), or the path when the
 	// framework has none. It is part of the fingerprint.
 	Route string
+	// Target is the request target as received, path and query
+	// (r.URL.RequestURI()). It is part of the fingerprint, so one key reused
+	// on /orders/1/confirm and /orders/2/confirm is refused (422) rather than
+	// replayed. Adapters always set it.
+	Target string
 	// Header holds the request headers: the key header and any headers
 	// named by WithFingerprintHeaders are read from it.
 	Header http.Header
@@ -230,7 +235,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		Method: method,
 		Route:  req.Route,
 		Fingerprint: Fingerprint(FingerprintInput{
-			Method: method, Route: req.Route, Body: body,
+			Method: method, Route: req.Route, Target: req.Target, Body: body,
 			Header: req.Header, Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
 		}),
 		Lease:     e.cfg.lease,

@@ -955,3 +955,22 @@ func TestNewConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Contains(t, core.DefaultReplayHeaders, "Content-Type")
 }
+
+// One key reused on another resource under the same route template
+// (/orders/1/confirm, then /orders/2/confirm) is a different request: 422,
+// never order 1's answer replayed for order 2.
+func TestTargetIsPartOfFingerprint(t *testing.T) {
+	eng := newEngine(t, memstore.New())
+	first := request("k", payBody)
+	first.Route, first.Target = "/orders/{id}/confirm", "/orders/1/confirm"
+	d := proceed(t, eng, first)
+	require.NoError(t, eng.Commit(context.Background(), d, created(`{"order":1}`)))
+
+	other := request("k", payBody)
+	other.Route, other.Target = "/orders/{id}/confirm", "/orders/2/confirm"
+	requireProblem(t, decide(t, eng, other), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+
+	same := request("k", payBody)
+	same.Route, same.Target = "/orders/{id}/confirm", "/orders/1/confirm"
+	assert.Equal(t, core.Replay, decide(t, eng, same).Outcome)
+}

@@ -20,6 +20,11 @@ import (
 type FingerprintInput struct {
 	Method string
 	Route  string
+	// Target is the request target as received (path and query). Without
+	// it, one key sent to /orders/1/confirm and then /orders/2/confirm
+	// would share the route template and replay order 1's answer.
+	// Empty means not part of the fingerprint.
+	Target string
 	Body   []byte
 	// Header holds the request headers; only those named in Headers count.
 	Header http.Header
@@ -33,7 +38,7 @@ type FingerprintInput struct {
 }
 
 // Fingerprint returns the hex SHA-256 of the request's identity: method,
-// route template, selected headers and body. Every field is length-prefixed,
+// route template, request target, selected headers and body. Every field is length-prefixed,
 // so no two different inputs share an encoding.
 func Fingerprint(in FingerprintInput) string {
 	x := newHasher()
@@ -41,6 +46,10 @@ func Fingerprint(in FingerprintInput) string {
 	x.field("idem-fp-v1")
 	x.field(strings.ToUpper(in.Method))
 	x.field(in.Route)
+	if in.Target != "" {
+		x.field("target")
+		x.field(in.Target)
+	}
 	if len(in.Headers) > 0 {
 		names := make([]string, len(in.Headers))
 		for i, n := range in.Headers {

@@ -106,7 +106,7 @@ func Middleware(eng *core.Engine, opts ...Option) echo.MiddlewareFunc {
 			if route == "" {
 				route = r.URL.Path
 			}
-			req := core.Request{Method: r.Method, Route: route, Header: r.Header, Body: r.Body}
+			req := core.Request{Method: r.Method, Route: route, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body}
 			if scope := cfg.scope; scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
 			}

@@ -101,6 +101,8 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	req := core.Request{
 		Method: methodOf(c),
 		Route:  route,
+		// Hashed inside Decide, never kept: no copy needed beyond string().
+		Target: string(c.Request().RequestURI()),
 		Header: requestHeader(&c.Request().Header),
 	}
 	// Decide reads the body into its own buffer (core.Decision.Body) before

@@ -52,7 +52,7 @@ func Middleware(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 		if route == "" {
 			route = c.Request.URL.Path
 		}
-		req := core.Request{Method: c.Request.Method, Route: route, Header: c.Request.Header, Body: c.Request.Body}
+		req := core.Request{Method: c.Request.Method, Route: route, Target: c.Request.URL.RequestURI(), Header: c.Request.Header, Body: c.Request.Body}
 		if cfg.scope != nil {
 			scope := cfg.scope
 			req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }

@@ -89,7 +89,7 @@ func Middleware(eng *core.Engine, opts ...Option) func(http.Handler) http.Handle
 				next.ServeHTTP(w, r)
 				return
 			}
-			req := core.Request{Method: r.Method, Route: cfg.route(r), Header: r.Header, Body: r.Body}
+			req := core.Request{Method: r.Method, Route: cfg.route(r), Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body}
 			if cfg.scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return cfg.scope(r) }
 			}

@@ -577,3 +577,39 @@ func TestEarlyHints(t *testing.T) {
 	assert.Equal(t, "done", r2.body)
 	assert.Equal(t, "true", r2.header.Get(core.ReplayedHeader))
 }
+
+// Through a real ServeMux with a path parameter: the same key and body on
+// another order is refused, not answered with the first order's response.
+func TestPathParameterIsPartOfTheRequest(t *testing.T) {
+	eng, err := core.New(memstore.New())
+	require.NoError(t, err)
+	var runs atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}/confirm", nethttpidem.Middleware(eng)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "confirmed "+r.PathValue("id"))
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	post := func(path string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "same-key")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post("/orders/1/confirm")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "confirmed 1", body)
+	code, _ = post("/orders/2/confirm")
+	assert.Equal(t, http.StatusUnprocessableEntity, code)
+	code, body = post("/orders/1/confirm")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "confirmed 1", body)
+	assert.Equal(t, int32(1), runs.Load())
+}
