@@ -1,0 +1,7 @@
+//go:build !linux
+
+package chaos
+
+import "os/exec"
+
+func killWithParent(*exec.Cmd) {}
