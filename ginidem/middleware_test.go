@@ -394,8 +394,9 @@ func TestOuterMiddlewareView(t *testing.T) {
 	}
 }
 
-// TestBodyAndRoute: the handler binds the body idem read, and the route
-// template (not the path) is what the fingerprint covers.
+// TestBodyAndRoute: the handler binds the body idem read and sees the route
+// template; the same key on another order (same template, other path) or
+// with another body is a different request: 422.
 func TestBodyAndRoute(t *testing.T) {
 	var n atomic.Int64
 	r := gin.New()
@@ -416,6 +417,8 @@ func TestBodyAndRoute(t *testing.T) {
 	}
 	mismatch := serve(r, req{path: "/v1/orders/7/confirm", key: "b", body: `{"amount":50000}`})
 	checkProblem(t, mismatch, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	other := serve(r, req{path: "/v1/orders/8/confirm", key: "b", body: payBody})
+	checkProblem(t, other, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
 	if n.Load() != 1 {
 		t.Errorf("handler ran %d times, want 1", n.Load())
 	}
