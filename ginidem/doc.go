@@ -43,8 +43,8 @@
 // problem instead of a second execution.
 //
 // Compression: register a compressing middleware (gin-contrib/gzip) outside
-// this one, so that idem records the plain body and every answer, replays
-// included, is compressed alike. Inside it, the stored body is compressed and
-// Content-Encoding, which is not in the default replay allow-list, would have
-// to be added with core.WithReplayHeaders.
+// this one, so that idem records the plain body and each answer, replays
+// included, is encoded for the client asking. Inside it, the compressed body
+// is what gets stored, and a retry is replayed with the first request's
+// Content-Encoding whatever its own Accept-Encoding says.
 package ginidem
