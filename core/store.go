@@ -127,6 +127,8 @@ type Store interface {
 
 	// Complete stores resp and marks the record completed, only if f still
 	// owns the processing record; otherwise ErrLeaseLost and nothing changes.
+	// The caller may reuse resp's slices and maps after Complete returns:
+	// a store keeps copies, never references.
 	Complete(ctx context.Context, f Fence, resp StoredResponse) error
 
 	// Fail marks the record failed (retryable by a request with the same
