@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -145,6 +146,7 @@ func TestCrashedOwner(t *testing.T) {
 	runs++
 	hctx := d.Context(t.Context())
 	if err := handle(hctx, table, crashKeyPlain); err != nil {
+		_ = eng.Abort(t.Context(), d, err)
 		t.Fatal(err)
 	}
 	if err := eng.Commit(t.Context(), d, core.Response{Status: 201, Body: []byte(`{"id":"survivor"}`)}); err != nil {
@@ -170,7 +172,9 @@ func TestSlowOwnerKeepsLease(t *testing.T) {
 	t.Parallel()
 	a, b := twoStores(t)
 	table := ledger(t, a)
-	const lease = 300 * time.Millisecond
+	// Long enough for heartbeats (every lease/3, each bounded by lease/3)
+	// to get through on a loaded machine with slow fsyncs.
+	const lease = time.Second
 	ea, err := core.New(a, core.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +191,14 @@ func TestSlowOwnerKeepsLease(t *testing.T) {
 	runs.Add(1)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	stopRetries := sync.OnceFunc(func() { close(done); wg.Wait() })
+	defer stopRetries()
+	committed := false
+	defer func() {
+		if !committed { // the test stopped early: release the lease and its transaction
+			_ = ea.Abort(context.Background(), d, errors.New("test stopped"))
+		}
+	}()
 	wg.Add(1)
 	go func() { // retries from the other instance
 		defer wg.Done()
@@ -218,16 +230,16 @@ func TestSlowOwnerKeepsLease(t *testing.T) {
 	if err := handle(hctx, table, "slow"); err != nil {
 		t.Fatal(err)
 	}
-	select { // five leases
-	case <-time.After(5 * lease):
+	select { // three leases
+	case <-time.After(3 * lease):
 	case <-hctx.Done():
 		t.Fatalf("handler context cancelled: %v", context.Cause(hctx))
 	}
+	committed = true
 	if err := ea.Commit(t.Context(), d, core.Response{Status: 201, Body: []byte("slow ok")}); err != nil {
-		t.Fatalf("commit after five leases: %v", err)
+		t.Fatalf("commit after three leases: %v", err)
 	}
-	close(done)
-	wg.Wait()
+	stopRetries()
 	if runs.Load() != 1 || len(ledgerRows(t, a, table, "slow")) != 1 {
 		t.Fatalf("runs=%d ledger=%v", runs.Load(), ledgerRows(t, a, table, "slow"))
 	}

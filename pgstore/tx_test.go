@@ -70,7 +70,11 @@ func mustClaim(t *testing.T, s *Store, req core.ClaimRequest) (context.Context, 
 		t.Fatalf("claim: not claimed: %+v", res.Record)
 	}
 	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-	return core.ContextWithLease(t.Context(), core.NewLease(s, f)), f
+	ctx := core.ContextWithLease(t.Context(), core.NewLease(s, f))
+	// If the test stops early, roll back a transaction it left open: the
+	// pool could not close otherwise. A no-op after Complete or Fail.
+	t.Cleanup(func() { s.abandonTx(context.WithoutCancel(ctx), f) })
+	return ctx, f
 }
 
 func TestTxCommitIsAtomicWithRecord(t *testing.T) {

@@ -81,8 +81,29 @@ func NewPool(tb testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 		tb.Fatalf("pgtest: PostgreSQL unreachable (%s=%q): %v\n"+
 			"these tests need a running PostgreSQL; set %s to its DSN", EnvDSN, DSN(), err, EnvDSN)
 	}
-	tb.Cleanup(pool.Close)
+	tb.Cleanup(func() { closePool(tb, pool) })
 	return pool
+}
+
+// closeWait bounds how long closing a pool may take at cleanup.
+const closeWait = 15 * time.Second
+
+// closePool closes pool, which waits for every acquired connection to be
+// released. A test that failed while holding one (typically a transaction
+// it never ended) would otherwise hang until the test binary's timeout; this
+// reports it instead and leaves the close to finish in the background.
+func closePool(tb testing.TB, pool *pgxpool.Pool) {
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		tb.Errorf("pgtest: closing the pool is blocked: %d connection(s) still acquired "+
+			"(a transaction or connection the test never released?)", pool.Stat().AcquiredConns())
+	}
 }
 
 // Schema creates a schema with a fresh random name ("idemtest_" + 16 hex
