@@ -254,6 +254,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	defer func() { unwatch() }()
 	for {
 		start := time.Now()
+		sent := e.cfg.now() // the lease runs from no earlier than this
 		res, err := e.store.Claim(ctx, claim)
 		took := time.Since(start)
 		if err != nil && ctx.Err() != nil {
@@ -279,7 +280,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		if res.Claimed {
 			d.Outcome = Proceed
 			d.lease = &Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}
-			d.startHeartbeat()
+			d.startHeartbeat(sent)
 			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})
 			e.log(ctx, slog.LevelInfo, "claim", key, scope, req.Route, slog.Int64("token", res.Record.Token))
 			return d, nil
@@ -583,27 +584,46 @@ func (d *Decision) release() {
 	}
 }
 
-func (d *Decision) startHeartbeat() {
+// startHeartbeat renews the lease every lease/3 until finish. since is
+// when the claim was sent: the store's lease runs from no earlier than that,
+// and likewise from each renewal's sending, not from its reply. If no renewal
+// succeeded for a whole lease, another instance may own the key: the handler
+// is stopped then, at the latest, even while a renewal is still pending.
+func (d *Decision) startHeartbeat(since time.Time) {
 	d.hbStop = make(chan struct{})
 	d.hbDone = make(chan struct{})
 	e := d.eng
 	go func() {
 		defer close(d.hbDone)
-		interval := e.cfg.lease / 3
+		lease := e.cfg.lease
+		interval := lease / 3
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		lastOK := e.cfg.now()
+		lastOK := since
+		expiry := time.NewTimer(lease - e.cfg.now().Sub(lastOK))
+		defer expiry.Stop()
 		for {
 			select {
 			case <-d.hbStop:
 				return
+			case <-expiry.C:
+				if left := lease - e.cfg.now().Sub(lastOK); left > 0 {
+					expiry.Reset(left)
+					continue
+				}
+				d.loseLease(fmt.Errorf("idem: heartbeat: no renewal succeeded for a whole lease (%v): %w", lease, ErrLeaseLost))
+				return
 			case <-t.C:
 			}
-			ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), interval)
-			err := e.store.Heartbeat(ctx, d.lease.fence, e.cfg.lease)
+			sent := e.cfg.now()
+			// A renewal still pending when the lease runs out is too late.
+			timeout := min(interval, lease-sent.Sub(lastOK))
+			ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
+			err := e.store.Heartbeat(ctx, d.lease.fence, lease)
 			cancel()
 			if err == nil {
-				lastOK = e.cfg.now()
+				lastOK = sent
+				expiry.Reset(lease - e.cfg.now().Sub(lastOK))
 				continue
 			}
 			e.observe(Event{Kind: "heartbeat_error", Scope: d.Scope, Route: d.route, Err: err})
@@ -612,7 +632,7 @@ func (d *Decision) startHeartbeat() {
 			case errors.Is(err, ErrLeaseLost):
 				d.loseLease(fmt.Errorf("idem: heartbeat: %w", err))
 				return
-			case e.cfg.now().Sub(lastOK) >= e.cfg.lease:
+			case e.cfg.now().Sub(lastOK) >= lease:
 				// A whole lease without a successful heartbeat: another
 				// instance may own the key now. Stop the handler.
 				d.loseLease(fmt.Errorf("idem: heartbeat failed for a whole lease (%v): %w", err, ErrLeaseLost))

@@ -1,0 +1,74 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// When the owner cannot renew its lease, its handler must be stopped no
+// later than the moment another instance may take the key over. The lease
+// in the store runs from when the store applied the last renewal (or the
+// claim), which is before its reply reached the owner: counting the whole
+// lease from the reply, or only checking on the next heartbeat tick, leaves
+// the handler running alongside the new owner.
+func TestReviewHeartbeatLossNoLaterThanTakeover(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	const slowReply = 180 * time.Millisecond // < lease/3: the call still "succeeds"
+
+	run := func(t *testing.T, claimReply, hbReply time.Duration) {
+		mem := memstore.New()
+		var hbCalls atomic.Int64
+		owner := newEngine(t, &faultStore{
+			Store: mem,
+			claim: func(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+				res, err := mem.Claim(ctx, r)
+				time.Sleep(claimReply) // the reply is slow to come back
+				return res, err
+			},
+			heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+				if hbCalls.Add(1) == 1 && hbReply > 0 {
+					err := mem.Heartbeat(ctx, f, d) // applied at once...
+					time.Sleep(hbReply)             // ...acknowledged late
+					return err
+				}
+				return errors.New("store unreachable from this instance")
+			},
+		}, core.WithLease(lease))
+		other := newEngine(t, mem, core.WithLease(lease))
+
+		d := proceed(t, owner, request("k", payBody))
+		ctx := d.Context(context.Background())
+		var cancelledAt atomic.Int64
+		stop := context.AfterFunc(ctx, func() { cancelledAt.Store(time.Now().UnixNano()) })
+		defer stop()
+
+		var heir *core.Decision
+		require.Eventually(t, func() bool {
+			heir = decide(t, other, request("k", payBody))
+			return heir.Outcome == core.Proceed
+		}, 5*time.Second, 5*time.Millisecond, "never taken over")
+		takenOver := time.Now()
+
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("owner's handler never cancelled")
+		}
+		require.ErrorIs(t, context.Cause(ctx), core.ErrLeaseLost)
+		if late := time.Unix(0, cancelledAt.Load()).Sub(takenOver); late > 60*time.Millisecond {
+			t.Errorf("the owner's handler kept running %v after another instance took its key over", late)
+		}
+		_ = owner.Abort(context.Background(), d, nil)
+		require.NoError(t, other.Commit(context.Background(), heir, created("heir")))
+	}
+	t.Run("slow heartbeat reply", func(t *testing.T) { run(t, 0, slowReply) })
+	t.Run("slow claim reply", func(t *testing.T) { run(t, slowReply, 0) })
+}
