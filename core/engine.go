@@ -159,6 +159,7 @@ type Decision struct {
 	finished bool
 	lostErr  error
 	cancels  []context.CancelCauseFunc
+	hbCancel context.CancelFunc // the renewal in progress, if any
 	hbStop   chan struct{}
 	hbDone   chan struct{}
 }
@@ -567,7 +568,11 @@ func (d *Decision) finish(e *Engine) error {
 		return ErrFinished
 	}
 	d.finished = true
+	hbCancel := d.hbCancel
 	d.mu.Unlock()
+	if hbCancel != nil {
+		hbCancel() // a pending renewal is moot now: do not wait for it
+	}
 	close(d.hbStop)
 	<-d.hbDone
 	return nil
@@ -619,8 +624,23 @@ func (d *Decision) startHeartbeat(since time.Time) {
 			// A renewal still pending when the lease runs out is too late.
 			timeout := min(interval, lease-sent.Sub(lastOK))
 			ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
+			d.mu.Lock()
+			if d.finished { // Commit or Abort began: no more renewals
+				d.mu.Unlock()
+				cancel()
+				return
+			}
+			d.hbCancel = cancel
+			d.mu.Unlock()
 			err := e.store.Heartbeat(ctx, d.lease.fence, lease)
+			d.mu.Lock()
+			d.hbCancel = nil
+			stopped := d.finished
+			d.mu.Unlock()
 			cancel()
+			if stopped {
+				return
+			}
 			if err == nil {
 				lastOK = sent
 				expiry.Reset(lease - e.cfg.now().Sub(lastOK))

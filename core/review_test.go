@@ -72,3 +72,34 @@ func TestReviewHeartbeatLossNoLaterThanTakeover(t *testing.T) {
 	t.Run("slow heartbeat reply", func(t *testing.T) { run(t, 0, slowReply) })
 	t.Run("slow claim reply", func(t *testing.T) { run(t, slowReply, 0) })
 }
+
+// Commit must not wait for a renewal that is stuck in the store (a pool
+// with no free connection, a slow network): the renewal is moot once the
+// execution is over, and waiting for it delays the client's response by up
+// to lease/3 (10s with the default lease) although Commit itself would go
+// through at once.
+func TestReviewCommitDoesNotWaitForStuckHeartbeat(t *testing.T) {
+	const lease = 3 * time.Second
+	mem := memstore.New()
+	started := make(chan struct{}, 1)
+	eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // stuck until its deadline
+		return ctx.Err()
+	}}, core.WithLease(lease))
+	d := proceed(t, eng, request("k", payBody))
+	select {
+	case <-started:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no heartbeat")
+	}
+	start := time.Now()
+	require.NoError(t, eng.Commit(context.Background(), d, created("done")))
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("Commit took %v waiting for a stuck heartbeat", took)
+	}
+	require.Equal(t, core.Replay, decide(t, eng, request("k", payBody)).Outcome)
+}
