@@ -202,7 +202,9 @@ func outageRandom(t *testing.T) string {
 
 func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outageEnv {
 	t.Helper()
-	admin := pgtest.Pool(t)
+	acfg := pgtest.Config(t)
+	acfg.MaxConns = 2 // direct: setup, terminations and checks only
+	admin := pgtest.NewPool(t, acfg)
 	schema := pgtest.Schema(t, admin)
 	env := &outageEnv{
 		t: t, admin: admin, schema: schema, app: "idem_outage_" + outageRandom(t),
@@ -489,27 +491,44 @@ func testOutageProxyCut(t *testing.T, transactional bool) {
 	time.Sleep(300 * time.Millisecond) // still down a little longer
 	env.proxy.Restore()
 	restoredAt := time.Now()
-	for i := range 5 {
-		r, seen := env.untilCreated("u", key("after-"+strconv.Itoa(i)), 10*time.Second)
-		if len(seen) > 1 {
-			t.Logf("after-%d: statuses %v before 201", i, seen)
+	// A connection that died with the cut may still sit idle in the pool:
+	// the request that draws it fails once (503, or 500 when it was the
+	// handler's transaction) and the pool drops it. There are at most
+	// MaxConns of them; after that every request succeeds.
+	failedAttempts := 0
+	checkOnce := func(k string, seen []int) {
+		t.Helper()
+		for _, s := range seen[:len(seen)-1] {
+			if s != 500 && s != 503 {
+				t.Errorf("%s: attempt answered %d before its 201", k, s)
+			}
 		}
-		_ = r
+		failedAttempts += len(seen) - 1
+		runs, rows := env.runsOf("u", k), env.ledgerRows("u", k)
+		if runs < 1 || runs > len(seen) {
+			t.Errorf("%s: %d runs for %d attempts", k, runs, len(seen))
+		}
+		if (transactional && rows != 1) || rows < 1 {
+			t.Errorf("%s: %d ledger rows (transactional %v)", k, rows, transactional)
+		}
 	}
-	t.Logf("first 5 new keys created %v after restore", time.Since(restoredAt))
 	for i := range 5 {
 		k := key("after-" + strconv.Itoa(i))
-		if env.runsOf("u", k) != 1 || env.ledgerRows("u", k) != 1 {
-			t.Errorf("%s: %d runs, %d ledger rows", k, env.runsOf("u", k), env.ledgerRows("u", k))
+		r, seen := env.untilCreated("u", k, 10*time.Second)
+		if r.header.Get(core.ReplayedHeader) != "" {
+			t.Errorf("%s: a new key was replayed", k)
 		}
+		checkOnce(k, seen)
 	}
-	// Keys refused during the outage were never claimed: they run now, once.
+	t.Logf("first 5 new keys created %v after restore, %d failed attempts on dead pooled connections", time.Since(restoredAt), failedAttempts)
+	// Keys refused during the outage were never claimed: they run now.
 	for i := range 10 {
 		k := key("during-" + strconv.Itoa(i))
-		env.untilCreated("u", k, 10*time.Second)
-		if env.runsOf("u", k) != 1 || env.ledgerRows("u", k) != 1 {
-			t.Errorf("%s: %d runs, %d ledger rows", k, env.runsOf("u", k), env.ledgerRows("u", k))
-		}
+		_, seen := env.untilCreated("u", k, 10*time.Second)
+		checkOnce(k, seen)
+	}
+	if failedAttempts > 4 {
+		t.Errorf("%d failed attempts after the database came back; the pool holds at most 4 dead connections", failedAttempts)
 	}
 	// Completed keys replay; they did not run again.
 	if r := env.post("u", key("before-0")); r.status != 201 || r.header.Get(core.ReplayedHeader) != "true" || env.runsOf("u", key("before-0")) != 1 {
@@ -524,16 +543,27 @@ func testOutageProxyCut(t *testing.T, transactional bool) {
 		t.Errorf("mid record status %q after the outage", status)
 	}
 	first := env.post("u", key("mid"))
-	if status == "processing" && first.status != 201 && first.status != 409 {
+	if first.status != 201 && first.status != 409 && first.status != 503 && first.status != 500 {
 		t.Errorf("mid retry right after restore: %d %s", first.status, first.body)
 	}
-	r, seen := env.untilCreated("u", key("mid"), 10*lease)
-	t.Logf("mid key: record %s after restore, statuses %v then 201", status, append([]int{first.status}, seen...))
-	if r.header.Get(core.ReplayedHeader) == "true" {
-		t.Errorf("mid key: a replay, but its first commit failed")
+	r := first
+	seen := []int{first.status}
+	if first.status != 201 {
+		var more []int
+		r, more = env.untilCreated("u", key("mid"), 10*lease)
+		seen = append(seen, more...)
 	}
-	if n := env.runsOf("u", key("mid")); n != 2 {
-		t.Errorf("mid key ran %d times, want 2 (the failed commit, then the takeover)", n)
+	t.Logf("mid key: record %s after restore, then statuses %v", status, seen)
+	// The first 201 is the takeover's own answer, not a replay: nothing of
+	// the failed commit was recorded.
+	if r.header.Get(core.ReplayedHeader) == "true" {
+		t.Errorf("mid key: the first 201 is a replay, but its first commit failed")
+	}
+	// Two runs: the one whose commit failed, then the takeover (plus one
+	// per attempt that failed on a dead pooled connection in its handler).
+	midRuns := env.runsOf("u", key("mid"))
+	if midRuns < 2 || midRuns > 1+len(seen) {
+		t.Errorf("mid key ran %d times after %d attempts, want 2", midRuns, len(seen))
 	}
 	if rows := env.ledgerRows("u", key("mid")); transactional && rows != 1 {
 		t.Errorf("tx mode: mid key has %d ledger rows, want exactly 1", rows)
@@ -547,8 +577,8 @@ func testOutageProxyCut(t *testing.T, transactional bool) {
 	env.provMu.Lock()
 	calls, charges := env.calls[relay], env.charges[relay]
 	env.provMu.Unlock()
-	if calls != 2 || charges != 1 {
-		t.Errorf("mid key: provider called %d times, charged %d; want 2 calls, 1 charge", calls, charges)
+	if calls != midRuns || charges != 1 {
+		t.Errorf("mid key: provider called %d times, charged %d; want %d calls, 1 charge", calls, charges, midRuns)
 	}
 	if again := env.post("u", key("mid")); again.header.Get(core.ReplayedHeader) != "true" || !bytes.Equal(again.body, r.body) {
 		t.Errorf("mid key replay: %d %s", again.status, again.body)

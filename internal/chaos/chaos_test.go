@@ -352,7 +352,7 @@ func buildPayments(t *testing.T, race bool) string {
 func chaosDSN(t *testing.T, schema, app string) string {
 	t.Helper()
 	dsn := pgtest.DSN()
-	params := map[string]string{"search_path": schema, "application_name": app, "pool_max_conns": "8"}
+	params := map[string]string{"search_path": schema, "application_name": app, "pool_max_conns": "6"}
 	if strings.Contains(dsn, "://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -533,7 +533,9 @@ func TestChaos(t *testing.T) {
 	st := &stats{}
 	fail := &failures{t: t}
 
-	admin := pgtest.Pool(t)
+	acfg := pgtest.Config(t)
+	acfg.MaxConns = 2 // schema, terminations, final reads: keep max_connections for others
+	admin := pgtest.NewPool(t, acfg)
 	schema := pgtest.Schema(t, admin)
 	app := "idemchaos_" + randomHex(6)
 
