@@ -31,12 +31,13 @@ import (
 // the store's table has for its sweeper: the difference between floor and
 // floor+idx is what retention's index costs, whoever runs the statements.
 //
-// The machine this runs on is shared and noisy, so the two are not run one
-// after the other for seconds each: they alternate (store, floor, floor+idx) in rounds of
-// pairs (8 per worker, at least 100), and the reported ratio is the median over rounds of store
-// throughput / floor throughput of adjacent rounds, which cancels most of
-// the drift. Also reported: each side's overall pairs/s. b.N is the number
-// of pairs each side runs; use a fixed count, e.g. -benchtime 6000x.
+// The machine this runs on is shared and noisy, so the variants are not
+// run one after the other for seconds each: they alternate (store, floor,
+// floor+idx) in rounds of 8 pairs per worker (at least 100), and each
+// reported ratio is the median over rounds of the store's throughput over
+// the other's in adjacent rounds, which cancels most of the drift. Also
+// reported: each variant's overall pairs/s. b.N is the number of pairs
+// each variant runs; use a fixed count, e.g. -benchtime 2000x.
 func BenchmarkFloor(b *testing.B) {
 	for _, m := range modes {
 		for _, workers := range []int{1, 16, 64} {
