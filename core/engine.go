@@ -434,7 +434,8 @@ func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) 
 			body = append(body, 0)[:len(body)] // grow as append does
 		}
 		room := cap(body) - len(body)
-		if left := limit + 1 - int64(len(body)); left < int64(room) {
+		// left <= 0 only when limit+1 overflowed (limit math.MaxInt64: no limit).
+		if left := limit + 1 - int64(len(body)); left > 0 && left < int64(room) {
 			room = int(left)
 		}
 		n, rerr := r.Read(body[len(body) : len(body)+room])

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +103,15 @@ func TestReviewCommitDoesNotWaitForStuckHeartbeat(t *testing.T) {
 		t.Errorf("Commit took %v waiting for a stuck heartbeat", took)
 	}
 	require.Equal(t, core.Replay, decide(t, eng, request("k", payBody)).Outcome)
+}
+
+// WithMaxRequestBytes(math.MaxInt64) is the natural way to say "no limit";
+// New accepts it, so Decide must not panic on the first request with a
+// body (limit+1 overflowed and the read slice had a negative length).
+func TestReviewMaxRequestBytesMaxInt64(t *testing.T) {
+	eng := newEngine(t, memstore.New(), core.WithMaxRequestBytes(math.MaxInt64))
+	var d *core.Decision
+	require.NotPanics(t, func() { d = proceed(t, eng, request("k", payBody)) })
+	require.Equal(t, payBody, string(d.Body))
+	require.NoError(t, eng.Commit(context.Background(), d, created("ok")))
 }
