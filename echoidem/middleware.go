@@ -107,12 +107,32 @@ func Middleware(eng *core.Engine, opts ...Option) echo.MiddlewareFunc {
 				route = r.URL.Path
 			}
 			req := core.Request{Method: r.Method, Route: route, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body}
+			if r.Body != nil && r.Body != http.NoBody {
+				req.Body = bodyLimitReader{r.Body}
+			}
 			if scope := cfg.scope; scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
 			}
 			return serve(eng, &cfg, next, c, req)
 		}
 	}
+}
+
+// bodyLimitReader reports Echo's BodyLimit overflow (middleware.BodyLimit
+// fails the read of a body without Content-Length with a 413
+// *echo.HTTPError) as http.MaxBytesReader does, so the engine answers 413
+// body-too-large rather than 400 body-unreadable.
+type bodyLimitReader struct{ r io.Reader }
+
+func (b bodyLimitReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF { //nolint:errorlint // io.EOF is returned unwrapped
+		var he *echo.HTTPError
+		if errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge {
+			err = fmt.Errorf("echoidem: %w: %w", err, &http.MaxBytesError{})
+		}
+	}
+	return n, err
 }
 
 func serve(eng *core.Engine, cfg *config, next echo.HandlerFunc, c echo.Context, req core.Request) error {
