@@ -48,6 +48,8 @@ const rollbackTimeout = 5 * time.Second
 // beginning it on first use: calling Tx twice with contexts carrying the same
 // lease returns the same transaction. ctx must be (or derive from) the
 // context of a handler idem let proceed; otherwise Tx returns ErrNoLease.
+// The engine's store must be a *Store, or a decorator exposing it through
+// an Unwrap() core.Store method.
 //
 // The handler does its writes in the transaction and neither commits nor
 // rolls it back (Commit and Rollback return ErrTxOwned and do nothing;
@@ -67,9 +69,9 @@ func Tx(ctx context.Context) (pgx.Tx, error) {
 	if !ok {
 		return nil, ErrNoLease
 	}
-	s, ok := lease.Store().(*Store)
-	if !ok || s == nil {
-		return nil, fmt.Errorf("pgstore: tx: the lease was granted by %T, not by a *pgstore.Store", lease.Store())
+	s := storeOf(lease)
+	if s == nil {
+		return nil, fmt.Errorf("pgstore: tx: the lease was granted by %T, not by a *pgstore.Store (or a store whose Unwrap returns one)", lease.Store())
 	}
 	st := attachState(lease)
 	st.mu.Lock()
@@ -85,6 +87,24 @@ func Tx(ctx context.Context) (pgx.Tx, error) {
 		st.tx = tx
 	}
 	return handlerTx{st.tx}, nil
+}
+
+// storeOf returns the *Store that granted lease, looking through store
+// decorators (metrics, tracing) that expose the store they wrap with
+// Unwrap() core.Store, or nil.
+func storeOf(lease *core.Lease) *Store {
+	st := lease.Store()
+	for range 8 { // bounded: a decorator cycle must not hang
+		switch v := st.(type) {
+		case *Store:
+			return v
+		case interface{ Unwrap() core.Store }:
+			st = v.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 func attachState(lease *core.Lease) *txState {
@@ -122,7 +142,7 @@ func (s *Store) takeTx(ctx context.Context, f core.Fence) pgx.Tx {
 	if !ok || lease.Fence() != f {
 		return nil
 	}
-	if ls, ok := lease.Store().(*Store); !ok || ls != s {
+	if storeOf(lease) != s {
 		return nil
 	}
 	st := attachState(lease)

@@ -182,6 +182,38 @@ func TestTxOutsideHandler(t *testing.T) {
 
 type otherStore struct{ core.Store }
 
+// wrappedStore is a decorator (metrics, tracing) that exposes its store.
+type wrappedStore struct{ core.Store }
+
+func (w wrappedStore) Unwrap() core.Store { return w.Store }
+
+// TestTxThroughDecorator: an engine whose store is a decorator around
+// pgstore still gets transactional mode, and the decorator's Complete (which
+// calls the inner store with the same context) commits the transaction.
+func TestTxThroughDecorator(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, pgtest.Pool(t))
+	table := ledger(t, s)
+	w := wrappedStore{s}
+	req := claimReq("k", time.Minute)
+	res, err := w.Claim(t.Context(), req)
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	ctx := core.ContextWithLease(t.Context(), core.NewLease(w, f))
+	t.Cleanup(func() { s.abandonTx(context.WithoutCancel(ctx), f) })
+	if err := handle(ctx, table, "k"); err != nil {
+		t.Fatalf("handler through decorator: %v", err)
+	}
+	if err := w.Complete(ctx, f, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ledgerRows(t, s, table, "k"); len(got) != 1 {
+		t.Fatalf("ledger = %v, want the row committed with the record", got)
+	}
+}
+
 // TestTxStaleOwnerWritesVanish: the owner's lease lapses, a retry takes the
 // key over and commits; the stale owner's Complete fails with ErrLeaseLost
 // and its business write is gone.
