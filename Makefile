@@ -5,7 +5,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 FUZZTIME    ?= 60s
 
-.PHONY: test lint fmt bench fuzz demo race-demo
+.PHONY: test lint fmt bench fuzz chaos demo race-demo
 
 ## test: go vet + the whole suite with the race detector (needs PostgreSQL: see README)
 test:
@@ -29,6 +29,13 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./core
 	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./core
+	$(GO) test -run '^$$' -fuzz '^FuzzBadInputKeyHeader$$' -fuzztime $(FUZZTIME) ./core
+	$(GO) test -run '^$$' -fuzz '^FuzzBadInputCanonicalJSON$$' -fuzztime $(FUZZTIME) ./core
+
+## chaos: full-size chaos test (10k requests; two payments instances on one PostgreSQL schema,
+## SIGKILLs, pg_terminate_backend, 30% duplicates). `make test` runs a 3000-request version.
+chaos:
+	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' -v ./internal/chaos
 
 ## demo: the payments example on 127.0.0.1:8080 (memstore, no setup)
 demo:

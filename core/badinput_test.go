@@ -411,6 +411,9 @@ func FuzzBadInputKeyHeader(f *testing.F) {
 				d2, err := eng.Decide(context.Background(), core.Request{
 					Method: "POST", Route: "/p", Header: http.Header{"Idempotency-Key": {v2}}, Body: strings.NewReader("{}"),
 				})
+				if err == nil && d2.Outcome == core.Proceed { // two lines of a valid key, shifted to one line
+					_ = eng.Abort(context.Background(), d2, nil)
+				}
 				if err != nil || !twoLines && !bytes.Equal(d2.Response.Body, d.Response.Body) {
 					t.Fatalf("problem depends on the key's letters: %q -> %s, %q -> %s", v, d.Response.Body, v2, d2.Response.Body)
 				}
