@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Recorder is the capturing http.ResponseWriter adapters wrap around the
@@ -185,7 +186,47 @@ func (r *Recorder) Send() error {
 	}
 	r.sent = true
 	res := r.Result()
-	return WriteResponse(r.w, &res)
+	if !r.hasTrailers() {
+		return WriteResponse(r.w, &res)
+	}
+	// Trailers need a chunked body: no Content-Length (unless the handler
+	// set one), and their values, which the handler set after the body,
+	// copied after it too.
+	copyHeader(r.w.Header(), res.Header)
+	r.w.WriteHeader(r.statusOr200())
+	var err error
+	if len(res.Body) > 0 {
+		_, err = r.w.Write(res.Body)
+	}
+	h := r.w.Header()
+	for _, v := range res.Header["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if vals, ok := r.header[name]; ok {
+				h[name] = append([]string(nil), vals...)
+			}
+		}
+	}
+	for k, vals := range r.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			h[k] = append([]string(nil), vals...)
+		}
+	}
+	return err
+}
+
+// hasTrailers reports whether the handler declared trailers (the Trailer
+// header before WriteHeader) or set any under http.TrailerPrefix.
+func (r *Recorder) hasTrailers() bool {
+	if len(r.snapshotOrHeader()["Trailer"]) > 0 {
+		return true
+	}
+	for k := range r.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // SendInstead writes resp in place of the handler's buffered response (when

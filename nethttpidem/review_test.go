@@ -1,0 +1,59 @@
+package nethttpidem_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/nethttpidem"
+)
+
+// A handler's trailers (declared with the Trailer header, or set under
+// http.TrailerPrefix after the body) reach the client as they do without
+// idem. They are not part of what is stored, but the first response must
+// not lose them: the buffered response used to go out with a
+// Content-Length and without the values set after the body.
+func TestReviewTrailersReachClient(t *testing.T) {
+	eng, err := core.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Sum")
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-Sum", "abc")
+		w.Header().Set(http.TrailerPrefix+"X-Other", "def")
+	})
+	srv := httptest.NewServer(nethttpidem.Middleware(eng)(h))
+	defer srv.Close()
+	post := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body) // trailers are read with the body
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(b) != "body" {
+			t.Fatalf("response: %d %q", resp.StatusCode, b)
+		}
+		return resp
+	}
+	first := post()
+	if got := first.Trailer.Get("X-Sum"); got != "abc" {
+		t.Errorf("declared trailer X-Sum = %q, want abc (trailers %v)", got, first.Trailer)
+	}
+	if got := first.Trailer.Get("X-Other"); got != "def" {
+		t.Errorf("prefixed trailer X-Other = %q, want def (trailers %v)", got, first.Trailer)
+	}
+	if replay := post(); replay.Header.Get(core.ReplayedHeader) != "true" {
+		t.Errorf("second request not replayed: %v", replay.Header)
+	}
+}
