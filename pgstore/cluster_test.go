@@ -18,10 +18,10 @@ import (
 func twoStores(t *testing.T, opts ...Option) (*Store, *Store) {
 	t.Helper()
 	cfg := pgtest.Config(t)
-	cfg.MaxConns = 10
+	cfg.MaxConns = 5
 	p1 := pgtest.NewPool(t, cfg)
 	cfg2 := pgtest.Config(t)
-	cfg2.MaxConns = 10
+	cfg2.MaxConns = 5
 	p2 := pgtest.NewPool(t, cfg2)
 	schema := pgtest.Schema(t, p1)
 	opts = append([]Option{WithSchema(schema)}, opts...)

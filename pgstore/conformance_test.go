@@ -13,7 +13,7 @@ func TestConformance(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := pgtest.Config(t)
-			cfg.MaxConns = 16
+			cfg.MaxConns = 8
 			pool := pgtest.NewPool(t, cfg)
 			storetest.Run(t, func(tb testing.TB) core.Store {
 				return newStore(tb, pool, m.opts...)

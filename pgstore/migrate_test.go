@@ -20,7 +20,7 @@ import (
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
 	cfg := pgtest.Config(t)
-	cfg.MaxConns = 16
+	cfg.MaxConns = 8
 	pool := pgtest.NewPool(t, cfg)
 	var b [6]byte
 	_, _ = rand.Read(b[:])

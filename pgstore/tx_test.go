@@ -290,7 +290,7 @@ func TestTxInterleavings(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := pgtest.Config(t)
-			cfg.MaxConns = 20
+			cfg.MaxConns = 12
 			pool := pgtest.NewPool(t, cfg)
 			s := newStore(t, pool, m.opts...)
 			table := ledger(t, s)
