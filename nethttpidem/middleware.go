@@ -104,18 +104,18 @@ func serve(eng *core.Engine, cfg *config, next http.Handler, w http.ResponseWrit
 		cfg.onError(w, r, err, d.Response)
 		return
 	}
-	if d.BodyRead {
-		r.Body = io.NopCloser(bytes.NewReader(d.Body))
-		r.ContentLength = int64(len(d.Body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(d.Body)), nil }
-	}
 	switch d.Outcome {
 	case core.Bypass:
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r) // Decide left the body unread
 		return
 	case core.Replay, core.Reject:
 		_ = core.WriteResponse(w, d.Response)
 		return
+	}
+	if d.BodyRead { // the handler gets the body Decide read
+		r.Body = io.NopCloser(bytes.NewReader(d.Body))
+		r.ContentLength = int64(len(d.Body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(d.Body)), nil }
 	}
 
 	rec := core.NewRecorder(w, eng.MaxResponseBytes())
