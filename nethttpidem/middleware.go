@@ -119,6 +119,12 @@ func serve(eng *core.Engine, cfg *config, next http.Handler, w http.ResponseWrit
 	}
 
 	rec := core.NewRecorder(w, eng.MaxResponseBytes())
+	// Headers outer middleware already set (Vary: Origin, X-Request-Id) stay
+	// visible to the handler, and what it adds to them is added, as without
+	// idem; the recorder's copy replaces them only with its response.
+	for k, v := range w.Header() {
+		rec.Header()[k] = append([]string(nil), v...)
+	}
 	r = r.WithContext(d.Context(r.Context()))
 	completed := false
 	defer func() {

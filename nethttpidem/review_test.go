@@ -57,3 +57,42 @@ func TestReviewTrailersReachClient(t *testing.T) {
 		t.Errorf("second request not replayed: %v", replay.Header)
 	}
 }
+
+// A header an outer middleware set before idem (CORS's Vary: Origin) is
+// visible to the handler, and a value the handler adds to it is added, as
+// without idem: the buffered response must not replace Vary: Origin with
+// the handler's Vary: Accept (a shared cache would then serve one origin's
+// response to another).
+func TestReviewOuterHeadersKept(t *testing.T) {
+	eng, err := core.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := w.Header().Get("X-Request-Id"); got != "rid" {
+			t.Errorf("handler sees X-Request-Id %q", got)
+		}
+		w.Header().Add("Vary", "Accept")
+		w.WriteHeader(http.StatusCreated)
+	})
+	outer := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Add("Vary", "Origin")
+			w.Header().Set("X-Request-Id", "rid")
+			next.ServeHTTP(w, r)
+		})
+	}
+	srv := outer(nethttpidem.Middleware(eng)(h))
+	for i := range 2 {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k")
+		srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("%d: status %d", i, rec.Code)
+		}
+		if got := strings.Join(rec.Header().Values("Vary"), ", "); got != "Origin, Accept" {
+			t.Errorf("%d: Vary %q, want \"Origin, Accept\" as without idem", i, got)
+		}
+	}
+}
