@@ -89,6 +89,12 @@ func serve(eng *core.Engine, cfg *config, c *gin.Context, req core.Request) {
 
 	orig := c.Writer
 	rec := core.NewRecorder(orig, eng.MaxResponseBytes())
+	// Headers outer middleware already set (Vary: Origin, X-Request-Id) stay
+	// visible to the chain, and what it adds to them is added, as without
+	// idem; the recorder's copy replaces them only with its response.
+	for k, v := range orig.Header() {
+		rec.Header()[k] = append([]string(nil), v...)
+	}
 	w := newWriter(orig, rec)
 	ctx := d.Context(r.Context())
 	errs := len(c.Errors)
