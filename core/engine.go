@@ -203,6 +203,12 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if !e.cfg.methods[method] {
 		return e.bypass(req), nil
 	}
+	if _, nested := LeaseFromContext(ctx); nested {
+		// idem mounted twice (globally and on the route), or a handler
+		// serving an internal request on its own context: the execution is
+		// already owned; claiming again would only refuse ourselves.
+		return e.bypass(req), nil
+	}
 	key, err := ParseKey(req.Header.Values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
@@ -253,6 +259,15 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	var changed <-chan struct{}
 	unwatch := func() {}
 	defer func() { unwatch() }()
+	arm := func() {
+		changed, unwatch = watcher.Watch(ctx, scope, key)
+		if unwatch == nil {
+			unwatch = func() {}
+		}
+		if changed == nil { // a Watcher that cannot watch: poll instead
+			watcher = nil
+		}
+	}
 	for {
 		start := time.Now()
 		sent := e.cfg.now() // the lease runs from no earlier than this
@@ -318,7 +333,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 				if watcher != nil && changed == nil {
 					// Watch from now on, then look again: a change between the
 					// claim above and the watch is caught by the next claim.
-					changed, unwatch = watcher.Watch(ctx, scope, key)
+					arm()
 					continue
 				}
 				t := time.NewTimer(min(poll, left))
@@ -327,7 +342,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 				case <-changed: // nil without a Watcher: never ready
 					// Re-arm before looking again, so no change is missed.
 					unwatch()
-					changed, unwatch = watcher.Watch(ctx, scope, key)
+					arm()
 				case <-ctx.Done():
 				}
 				t.Stop()

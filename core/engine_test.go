@@ -977,3 +977,33 @@ func TestTargetIsPartOfFingerprint(t *testing.T) {
 	same.Route, same.Target = "/orders/{id}/confirm", "/orders/1/confirm"
 	assert.Equal(t, core.Replay, decide(t, eng, same).Outcome)
 }
+
+// idem mounted twice (globally and on a route) must not refuse its own
+// request: the inner Decide sees the outer lease and lets it through.
+func TestNestedDecideBypasses(t *testing.T) {
+	eng := newEngine(t, memstore.New())
+	outer := proceed(t, eng, request("k", payBody))
+	ctx := outer.Context(context.Background())
+	inner, err := eng.Decide(ctx, request("k", payBody))
+	require.NoError(t, err)
+	assert.Equal(t, core.Bypass, inner.Outcome)
+	require.NoError(t, eng.Commit(ctx, outer, created(`{}`)))
+}
+
+// nilWatcher is a counting store whose Watcher cannot watch.
+type nilWatcher struct{ countingStore }
+
+func (*nilWatcher) Watch(context.Context, string, string) (<-chan struct{}, func()) { return nil, nil }
+
+// A Watcher that returns no channel is polled instead of spun on.
+func TestWaitWithNilWatcherPolls(t *testing.T) {
+	s := &nilWatcher{countingStore{Store: memstore.New()}}
+	eng := newEngine(t, s, core.WithWait(300*time.Millisecond), core.WithWaitPoll(50*time.Millisecond))
+	first := proceed(t, eng, request("k", payBody))
+	d := decide(t, eng, request("k", payBody))
+	requireProblem(t, d, http.StatusConflict, core.ProblemInFlight)
+	// 1 claim for the owner, then about one per poll for the waiter: a spin
+	// would make thousands.
+	assert.Less(t, s.claims.Load(), int64(20))
+	require.NoError(t, eng.Abort(context.Background(), first, nil))
+}
