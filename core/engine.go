@@ -162,6 +162,7 @@ type Decision struct {
 	hbCancel context.CancelFunc // the renewal in progress, if any
 	hbStop   chan struct{}
 	hbDone   chan struct{}
+	hbTimer  *time.Timer // starts heartbeatLoop when the first renewal is due
 }
 
 // Context returns parent carrying the lease (for KeyFromContext, RelayKey
@@ -590,7 +591,9 @@ func (d *Decision) finish(e *Engine) error {
 		hbCancel() // a pending renewal is moot now: do not wait for it
 	}
 	close(d.hbStop)
-	<-d.hbDone
+	if !d.hbTimer.Stop() { // the loop started (or is starting): wait for it
+		<-d.hbDone
+	}
 	return nil
 }
 
@@ -613,17 +616,25 @@ func (d *Decision) release() {
 func (d *Decision) startHeartbeat(since time.Time) {
 	d.hbStop = make(chan struct{})
 	d.hbDone = make(chan struct{})
+	// Most handlers finish well within lease/3: the renewal loop (a
+	// goroutine, a ticker and a timer) starts only when the first renewal is
+	// due, so a short request pays for one runtime timer and nothing else.
+	d.hbTimer = time.AfterFunc(d.eng.cfg.lease/3, func() { d.heartbeatLoop(since) })
+}
+
+// heartbeatLoop runs on the first renewal's timer goroutine until finish.
+func (d *Decision) heartbeatLoop(since time.Time) {
+	defer close(d.hbDone)
 	e := d.eng
-	go func() {
-		defer close(d.hbDone)
-		lease := e.cfg.lease
-		interval := lease / 3
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		lastOK := since
-		expiry := time.NewTimer(lease - e.cfg.now().Sub(lastOK))
-		defer expiry.Stop()
-		for {
+	lease := e.cfg.lease
+	interval := lease / 3
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	lastOK := since
+	expiry := time.NewTimer(lease - e.cfg.now().Sub(lastOK))
+	defer expiry.Stop()
+	for due := true; ; due = false { // the first renewal is due as the loop starts
+		if !due {
 			select {
 			case <-d.hbStop:
 				return
@@ -636,46 +647,46 @@ func (d *Decision) startHeartbeat(since time.Time) {
 				return
 			case <-t.C:
 			}
-			sent := e.cfg.now()
-			// A renewal still pending when the lease runs out is too late.
-			timeout := min(interval, lease-sent.Sub(lastOK))
-			ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
-			d.mu.Lock()
-			if d.finished { // Commit or Abort began: no more renewals
-				d.mu.Unlock()
-				cancel()
-				return
-			}
-			d.hbCancel = cancel
-			d.mu.Unlock()
-			err := e.store.Heartbeat(ctx, d.lease.fence, lease)
-			d.mu.Lock()
-			d.hbCancel = nil
-			stopped := d.finished
+		}
+		sent := e.cfg.now()
+		// A renewal still pending when the lease runs out is too late.
+		timeout := min(interval, lease-sent.Sub(lastOK))
+		ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
+		d.mu.Lock()
+		if d.finished { // Commit or Abort began: no more renewals
 			d.mu.Unlock()
 			cancel()
-			if stopped {
-				return
-			}
-			if err == nil {
-				lastOK = sent
-				expiry.Reset(lease - e.cfg.now().Sub(lastOK))
-				continue
-			}
-			e.observe(Event{Kind: "heartbeat_error", Scope: d.Scope, Route: d.route, Err: err})
-			e.log(context.Background(), slog.LevelWarn, "heartbeat_error", d.Key, d.Scope, d.route, slog.Any("err", err))
-			switch {
-			case errors.Is(err, ErrLeaseLost):
-				d.loseLease(fmt.Errorf("idem: heartbeat: %w", err))
-				return
-			case e.cfg.now().Sub(lastOK) >= lease:
-				// A whole lease without a successful heartbeat: another
-				// instance may own the key now. Stop the handler.
-				d.loseLease(fmt.Errorf("idem: heartbeat failed for a whole lease (%v): %w", err, ErrLeaseLost))
-				return
-			}
+			return
 		}
-	}()
+		d.hbCancel = cancel
+		d.mu.Unlock()
+		err := e.store.Heartbeat(ctx, d.lease.fence, lease)
+		d.mu.Lock()
+		d.hbCancel = nil
+		stopped := d.finished
+		d.mu.Unlock()
+		cancel()
+		if stopped {
+			return
+		}
+		if err == nil {
+			lastOK = sent
+			expiry.Reset(lease - e.cfg.now().Sub(lastOK))
+			continue
+		}
+		e.observe(Event{Kind: "heartbeat_error", Scope: d.Scope, Route: d.route, Err: err})
+		e.log(context.Background(), slog.LevelWarn, "heartbeat_error", d.Key, d.Scope, d.route, slog.Any("err", err))
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			d.loseLease(fmt.Errorf("idem: heartbeat: %w", err))
+			return
+		case e.cfg.now().Sub(lastOK) >= lease:
+			// A whole lease without a successful heartbeat: another
+			// instance may own the key now. Stop the handler.
+			d.loseLease(fmt.Errorf("idem: heartbeat failed for a whole lease (%v): %w", err, ErrLeaseLost))
+			return
+		}
+	}
 }
 
 func (d *Decision) loseLease(cause error) {
