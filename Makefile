@@ -2,10 +2,9 @@
 GO          ?= go
 PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
-BENCHTIME   ?= 1s
 FUZZTIME    ?= 60s
 
-.PHONY: test lint fmt bench fuzz chaos demo race-demo
+.PHONY: test lint fmt bench bench-inproc bench-pg bench-e2e fuzz chaos demo race-demo
 
 ## test: go vet + the whole suite with the race detector (needs PostgreSQL: see README)
 test:
@@ -21,9 +20,22 @@ lint:
 fmt:
 	gofmt -w .
 
-## bench: the benchmark suite recorded in BENCHMARKS.md
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+## bench: the benchmark suite recorded in BENCHMARKS.md (in-process, PostgreSQL, end to end)
+bench: bench-inproc bench-pg bench-e2e
+
+## bench-inproc: per-adapter and engine overhead on memstore, fiber vs fiber's idempotency middleware
+bench-inproc:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./nethttpidem ./ginidem ./echoidem ./fiberidem
+
+## bench-pg: pgstore claim+complete vs the raw-statement floor; wait-mode wake-up latency
+bench-pg:
+	$(GO) test -run '^$$' -bench 'BenchmarkFloor|BenchmarkNotifyCost' -benchtime 1500x -count 3 -timeout 30m ./pgstore
+	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./core ./pgstore
+
+## bench-e2e: examples/payments on pgstore under the loopback load driver, vs ledger-insert-only
+bench-e2e:
+	$(GO) run ./examples/loadgen -requests 3000 -concurrency 16 -dups 0,30,90 -pools 4,8,32
+	$(GO) run ./examples/loadgen -requests 1500 -concurrency 32 -dups 0 -pool 32 -pools 4,8 -provider-latency 50ms
 
 ## fuzz: each fuzz target for FUZZTIME
 fuzz:
