@@ -47,4 +47,8 @@
 // A store that also implements the optional core.Watcher is checked to wake
 // a watch on each change a waiting duplicate acts on (claim, Fail, takeover,
 // Complete) within a few seconds; those sub-tests skip for other stores.
+//
+// BenchmarkWaitWake is a single benchmark body rather than a suite: it
+// measures how soon a waiting duplicate (core.WithWait) replays after the
+// owner commits, on a given store, polled or woken by its core.Watcher.
 package storetest
