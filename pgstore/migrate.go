@@ -49,6 +49,8 @@ func loadMigrations(c config) ([]migration, error) {
 		"Payload":        n.payload,
 		"PayloadDefault": n.payloadDef,
 		"PayloadIdx":     n.payloadIdx,
+		"ClaimFn":        n.claimFn,
+		"ClaimFull":      claimFullSQL(c),
 	}
 	var out []migration
 	for _, e := range entries {

@@ -205,6 +205,7 @@ type names struct {
 	migrations string // quoted schema.idem_schema_migrations
 	expiresIdx string // quoted bare index name
 	payloadIdx string
+	claimFn    string // quoted schema.table_claim (migration 0002)
 }
 
 func (c config) names() names {
@@ -218,6 +219,7 @@ func (c config) names() names {
 		migrations: q(c.schema, "idem_schema_migrations"),
 		expiresIdx: q(c.table + "_expires_idx"),
 		payloadIdx: q(c.table + "_payload_expires_idx"),
+		claimFn:    q(c.schema, c.table+"_claim"),
 	}
 }
 

@@ -19,6 +19,10 @@ type statements struct {
 	now       string
 }
 
+// The store calls the claim function of migration 0002 (one statement):
+// it tries a bare INSERT ... ON CONFLICT DO NOTHING, and only when the key
+// exists runs the claim-or-read statement below (claimFull), unchanged.
+//
 // The claim-or-read statement, in both modes, is one statement with three
 // parts (CTEs):
 //
@@ -110,14 +114,16 @@ func claimSet(partitioned bool) string {
                    ` + condNew + ` AS fresh) k)`
 }
 
-func buildStatements(c config) statements {
-	n := c.names()
-	now := "now()"
-	if c.clockOffset != 0 {
-		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
-	}
-	var s statements
+// claimFullSQL is the full claim-or-read statement (see above) as the body
+// of the claim function's slow path (migration 0002): the clock is the
+// function's 8th parameter.
+func claimFullSQL(c config) string {
+	return strings.ReplaceAll(claimFull(c), "{{NOW}}", "$8")
+}
 
+// claimFull is the claim-or-read statement, {{NOW}} standing for the clock.
+func claimFull(c config) string {
+	n := c.names()
 	// Parameters: $1 scope, $2 key, $3 method, $4 route, $5 fingerprint,
 	// $6 lease (µs), $7 retention (µs).
 	claim := `WITH v AS (SELECT {{NOW}} AS now),
@@ -144,26 +150,13 @@ x AS (
 )
 `
 	if !c.partitioned {
-		s.claim = claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
+		return claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
        x.locked_until, x.created_at, x.expires_at,
        x.resp_status, x.resp_header, x.resp_body, x.resp_not_retained, x.resp_status IS NOT NULL,
        x.claimed, v.now
 FROM x CROSS JOIN v`
-		s.get = `SELECT ` + recordCols + `,
-       resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
-FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
-		s.complete = `UPDATE ` + n.table + `
-SET status = 'completed', completed_at = {{NOW}},
-    resp_status = $4, resp_header = $5, resp_body = $6, resp_not_retained = $7
-WHERE ` + fenceWhere
-	} else {
-		// The payload is joined LATERAL on (scope, key, token,
-		// completed_at): a parameterized nested loop, so run-time
-		// partition pruning probes exactly one partition's primary key.
-		// The join reads the statement snapshot; see Store.Claim for the
-		// (rare) case it cannot see a payload committed concurrently with
-		// the claim.
-		s.claim = claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
+	}
+	return claim + `SELECT x.scope, x.key, x.method, x.route, x.fingerprint, x.status, x.token,
        x.locked_until, x.created_at, x.expires_at,
        p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL,
        x.claimed, v.now
@@ -173,6 +166,27 @@ LEFT JOIN LATERAL (
   WHERE scope = x.scope AND key = x.key AND token = x.token AND stored_at = x.completed_at
   LIMIT 1 -- keeps the subquery from being flattened: pruned at run time
 ) p ON true`
+}
+
+func buildStatements(c config) statements {
+	n := c.names()
+	now := "now()"
+	if c.clockOffset != 0 {
+		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
+	}
+	var s statements
+	// The claim function (migration 0002): a plain INSERT ... ON CONFLICT
+	// DO NOTHING first, claimFull only when the key exists.
+	s.claim = `SELECT * FROM ` + n.claimFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})`
+	if !c.partitioned {
+		s.get = `SELECT ` + recordCols + `,
+       resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
+FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
+		s.complete = `UPDATE ` + n.table + `
+SET status = 'completed', completed_at = {{NOW}},
+    resp_status = $4, resp_header = $5, resp_body = $6, resp_not_retained = $7
+WHERE ` + fenceWhere
+	} else {
 		s.get = `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
        c.locked_until, c.created_at, c.expires_at,
        p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL, {{NOW}}
