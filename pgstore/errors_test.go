@@ -209,3 +209,24 @@ func warmPool(t *testing.T, pool interface {
 	}
 	wg.Wait()
 }
+
+// TestNotMigrated: a store on a schema that Migrate never ran on answers
+// with an error that says what to do, wrapped with the operation.
+func TestNotMigrated(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool) // exists, but holds no idem objects
+	s, err := New(pool, WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Claim(t.Context(), claimReq("k", time.Minute))
+	requirePrefixed(t, err, "claim")
+	if err == nil || !strings.Contains(err.Error(), "run pgstore.Migrate") {
+		t.Fatalf("claim on an unmigrated schema: %v", err)
+	}
+	_, err = s.Get(t.Context(), "tenant", "k")
+	if err == nil || !strings.Contains(err.Error(), "run pgstore.Migrate") {
+		t.Fatalf("get on an unmigrated schema: %v", err)
+	}
+}

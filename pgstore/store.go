@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
@@ -62,6 +63,12 @@ func (s *Store) Partitioned() bool { return s.cfg.partitioned }
 func wrap(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("pgstore: %s: %w: %w", op, cerr, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+		// undefined_table / undefined_function: the schema is missing or
+		// older than this binary. Say what to do, not just what failed.
+		return fmt.Errorf("pgstore: %s: schema not migrated for this version (run pgstore.Migrate at start-up with the same options): %w", op, err)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
 }
