@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
 )
@@ -326,24 +327,6 @@ func TestTenancySecretHeadersNeverReplayed(t *testing.T) {
 	}
 }
 
-// tenancyLogBuf is a concurrency-safe log sink.
-type tenancyLogBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *tenancyLogBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *tenancyLogBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func tenancyRandom(t *testing.T) string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -360,7 +343,7 @@ func tenancyRandom(t *testing.T) string {
 func TestTenancyLogsRedactKeysAndBodies(t *testing.T) {
 	for _, clear := range []bool{false, true} {
 		t.Run(fmt.Sprintf("logKeys=%v", clear), func(t *testing.T) {
-			logs := &tenancyLogBuf{}
+			logs := &idemtest.LogBuffer{}
 			logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			block := make(chan struct{})
 			store := memstore.New(memstore.WithMaxEntries(2))

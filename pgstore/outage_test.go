@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/nethttpidem"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgtest"
@@ -146,24 +147,6 @@ func (p *outageProxy) close() {
 	p.wg.Wait()
 }
 
-// outageLog is a concurrency-safe log sink.
-type outageLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *outageLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *outageLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // outageEnv is a payments-like service: POST /pay books a ledger row for
 // the key and calls a deduplicating fake provider with the relay key. In
 // transactional mode the row is written in pgstore.Tx.
@@ -176,7 +159,7 @@ type outageEnv struct {
 	app     string // application_name of the proxied pool's backends
 	url     string
 	client  *http.Client
-	logs    *outageLog
+	logs    *idemtest.LogBuffer
 	ledger  string // quoted table
 	records string // quoted table
 
@@ -208,7 +191,7 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 	schema := pgtest.Schema(t, admin)
 	env := &outageEnv{
 		t: t, admin: admin, schema: schema, app: "idem_outage_" + outageRandom(t),
-		logs:    &outageLog{},
+		logs:    &idemtest.LogBuffer{},
 		gates:   map[string]chan struct{}{},
 		entered: map[string]chan struct{}{},
 		runs:    map[string]int{},
