@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestPostgresTransactionalMode: the lease reaches an Echo handler through
@@ -19,7 +20,7 @@ import (
 // a stored 201 commits the write with the response, and an error returned
 // by the handler (rendered 500, retryable) rolls it back.
 func TestPostgresTransactionalMode(t *testing.T) {
-	store, schema := newPGStore(t)
+	store, schema := pgstoretest.Store(t)
 	pool := store.Pool()
 	ctx := context.Background()
 	table := pgx.Identifier{schema, "ledger"}.Sanitize()

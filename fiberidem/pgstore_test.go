@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/fiberidem"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestPostgresTransactionalMode: the lease reaches a native Fiber handler
@@ -19,7 +20,7 @@ import (
 // by the handler (rendered 500 by the app's error handler, retryable) rolls
 // it back.
 func TestPostgresTransactionalMode(t *testing.T) {
-	store, schema := newPGStore(t)
+	store, schema := pgstoretest.Store(t)
 	pool := store.Pool()
 	ctx := context.Background()
 	ident := pgx.Identifier{schema, "ledger"}.Sanitize()

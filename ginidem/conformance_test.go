@@ -1,10 +1,8 @@
 package ginidem_test
 
 import (
-	"context"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -12,8 +10,7 @@ import (
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
-	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // adapter mounts each idemtest route natively: the middleware, then the
@@ -41,24 +38,6 @@ func TestConformance(t *testing.T) {
 // TestConformancePostgres runs the suite on pgstore, in a schema of its own
 // (pgtest). Scenarios use unique keys and tenants, so they share one store.
 func TestConformancePostgres(t *testing.T) {
-	store, _ := newPGStore(t)
+	store, _ := pgstoretest.Store(t)
 	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
-}
-
-// newPGStore migrates a fresh schema (dropped when t ends) and returns a
-// pgstore on it.
-func newPGStore(t *testing.T) (*pgstore.Store, string) {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	store, err := pgstore.New(pool, pgstore.WithSchema(schema))
-	if err != nil {
-		t.Fatalf("pgstore.New: %v", err)
-	}
-	return store, schema
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestPostgresTransactionalMode: the lease reaches a gin handler through
@@ -19,7 +20,7 @@ import (
 // handler error (c.Error only) and a panic roll the write back and leave the
 // key retryable; a stored 201 commits the write together with the response.
 func TestPostgresTransactionalMode(t *testing.T) {
-	store, schema := newPGStore(t)
+	store, schema := pgstoretest.Store(t)
 	pool := store.Pool()
 	ctx := context.Background()
 	table := pgx.Identifier{schema, "ledger"}.Sanitize()

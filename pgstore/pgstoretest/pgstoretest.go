@@ -1,0 +1,34 @@
+// Package pgstoretest gives tests outside pgstore a migrated store in a
+// fresh schema. It is separate from pgtest because pgstore's own
+// (package-internal) tests import pgtest, which therefore cannot import
+// pgstore.
+package pgstoretest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgtest"
+)
+
+// Store migrates a fresh schema (dropped when t ends, see pgtest.Schema) on
+// a pgtest pool and returns a pgstore on it, with the schema's name. An
+// unreachable database or a failed migration fails t.
+func Store(t testing.TB, opts ...pgstore.Option) (*pgstore.Store, string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	opts = append([]pgstore.Option{pgstore.WithSchema(schema)}, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pgstore.Migrate(ctx, pool, opts...); err != nil {
+		t.Fatalf("pgstore.Migrate: %v", err)
+	}
+	store, err := pgstore.New(pool, opts...)
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	return store, schema
+}
