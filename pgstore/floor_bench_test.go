@@ -11,33 +11,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // BenchmarkFloor measures the store's claim+complete (a first execution:
-// fresh key, claim, store the response) against the floor: the two
-// simplest statements that could do the job, sent with pgx on the same
-// pool —
+// fresh key, claim, store the response) against floors: the simplest
+// statements that could do the job, sent with pgx on the same pool, one
+// round trip and one commit each, as the store's are.
 //
-//	INSERT INTO t (scope, key, token, status, locked_until, expires_at)
-//	VALUES (..., nextval(seq), 'processing', ...) RETURNING token
-//	UPDATE t SET status = 'completed', resp_* = ...
-//	WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'
+//   - raw: the two raw statements on the store's own tables, writing the
+//     same record: a plain INSERT of the processing record (every column
+//     the store keeps: method, route, fingerprint, the three timestamps)
+//     RETURNING token, then the store's own fenced complete statement. What
+//     the store adds over it is the claim logic (the claim function: ON
+//     CONFLICT, the takeover checks on a duplicate) and its Go code.
 //
-// on a table with only the primary key. Each is one round trip and one
-// commit, as the store's are. A third variant, floor+idx, runs the same
-// statements on a copy of that table with a B-tree index on expires_at, as
-// the store's table has for its sweeper: the difference between floor and
-// floor+idx is what retention's index costs, whoever runs the statements.
+//   - floor: the narrowest table that can hold a claim and a response,
+//     with only the primary key —
+//
+//     INSERT INTO t (scope, key, token, status, locked_until, expires_at)
+//     VALUES (..., nextval(seq), 'processing', ...) RETURNING token
+//     UPDATE t SET status = 'completed', resp_* = ...
+//     WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'
+//
+//     It stores no fingerprint, method or route (no 422 possible) and
+//     errors on a duplicate instead of reading it.
+//
+//   - floor+idx: the same on a copy of that table with a B-tree index on
+//     expires_at, as the store's table has for its sweeper: the difference
+//     between floor and floor+idx is what retention's index costs, whoever
+//     runs the statements.
 //
 // The machine this runs on is shared and noisy, so the variants are not
-// run one after the other for seconds each: they alternate (store, floor,
-// floor+idx) in rounds of 8 pairs per worker (at least 100), and each
-// reported ratio is the median over rounds of the store's throughput over
-// the other's in adjacent rounds, which cancels most of the drift. Also
-// reported: each variant's overall pairs/s. b.N is the number of pairs
-// each variant runs; use a fixed count, e.g. -benchtime 2000x.
+// run one after the other for seconds each: they alternate in rounds of 8
+// pairs per worker (at least 100), and each reported ratio is the median
+// over rounds of the store's throughput over the other's in the same
+// round, which cancels most of the drift. Also reported: each variant's
+// overall pairs/s. b.N is the number of pairs each variant runs; use a
+// fixed count, e.g. -benchtime 2000x.
 func BenchmarkFloor(b *testing.B) {
 	for _, m := range modes {
 		for _, workers := range []int{1, 16, 64} {
@@ -47,6 +61,9 @@ func BenchmarkFloor(b *testing.B) {
 		}
 	}
 }
+
+// pairFunc runs one first execution (claim and complete) on a fresh key.
+type pairFunc func(ctx context.Context, key string) error
 
 func benchFloor(b *testing.B, workers int, opts []Option) {
 	cfg := pgtest.Config(b)
@@ -78,6 +95,11 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'`
 	}
 	insIdx := strings.Replace(ins, table, idxTable, 1)
 	updIdx := strings.Replace(upd, table, idxTable, 1)
+	// raw: the record the claim function's fast path inserts, as a plain
+	// INSERT into the store's own table.
+	insRaw := `INSERT INTO ` + s.names.table + ` (` + recordCols + `)
+VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() + $6::bigint * interval '1 microsecond',
+        now(), now() + $7::bigint * interval '1 microsecond') RETURNING token`
 
 	resp := core.StoredResponse{
 		Status: 201,
@@ -86,11 +108,11 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'`
 	}
 	header := []byte(`{"Content-Type":["application/json"]}`)
 	lease, retention := 30*time.Second, 24*time.Hour
+	const fingerprint = "dfc677705bff7f80e09867a974d28d76f46cd6a2e23f1e28a3037723f1970e86"
 
 	storePair := func(ctx context.Context, key string) error {
 		req := core.ClaimRequest{Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
-			Fingerprint: "dfc677705bff7f80e09867a974d28d76f46cd6a2e23f1e28a3037723f1970e86",
-			Lease:       lease, Retention: retention}
+			Fingerprint: fingerprint, Lease: lease, Retention: retention}
 		res, err := s.Claim(ctx, req)
 		if err != nil {
 			return err
@@ -100,73 +122,85 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'`
 		}
 		return s.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 	}
-	floorOn := func(ins, upd string) func(ctx context.Context, key string) error {
+	rawPair := func(ctx context.Context, key string) error {
+		var tok int64
+		if err := pool.QueryRow(ctx, insRaw, "tenant", key, "POST", "/v1/payments", fingerprint,
+			micros(lease), micros(retention)).Scan(&tok); err != nil {
+			return err
+		}
+		return expectOne(pool.Exec(ctx, s.sql.complete, "tenant", key, tok, int32(201), header, resp.Body, false))
+	}
+	floorOn := func(ins, upd string) pairFunc {
 		return func(ctx context.Context, key string) error {
 			var tok int64
 			if err := pool.QueryRow(ctx, ins, "tenant", key, micros(lease), micros(retention)).Scan(&tok); err != nil {
 				return err
 			}
-			tag, err := pool.Exec(ctx, upd, "tenant", key, tok, int32(201), header, resp.Body)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("update matched %d rows", tag.RowsAffected())
-			}
-			return nil
+			return expectOne(pool.Exec(ctx, upd, "tenant", key, tok, int32(201), header, resp.Body))
 		}
 	}
-	floorPair, floorIdxPair := floorOn(ins, upd), floorOn(insIdx, updIdx)
+	variants := []struct {
+		name string
+		pair pairFunc
+	}{
+		{"store", storePair},
+		{"raw", rawPair},
+		{"floor", floorOn(ins, upd)},
+		{"floor+idx", floorOn(insIdx, updIdx)},
+	}
 
-	// Warm both up (connections, prepared statements, first pages).
+	// Warm every variant up (connections, prepared statements, first pages).
 	prefix := "f" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
 	var seq atomic.Int64
-	if err := runRound(ctx, workers, 4*workers, prefix, &seq, storePair); err != nil {
-		b.Fatal(err)
-	}
-	if err := runRound(ctx, workers, 4*workers, prefix, &seq, floorPair); err != nil {
-		b.Fatal(err)
-	}
-	if err := runRound(ctx, workers, 4*workers, prefix, &seq, floorIdxPair); err != nil {
-		b.Fatal(err)
+	for _, v := range variants {
+		if err := runRound(ctx, workers, 4*workers, prefix, &seq, v.pair); err != nil {
+			b.Fatalf("%s: %v", v.name, err)
+		}
 	}
 
 	round := max(8*workers, 100)
-	var (
-		ratios, idxRatios             []float64
-		storeTime, floorTime, idxTime time.Duration
-	)
+	ratios := make([][]float64, len(variants))    // store over variant i, per round
+	total := make([]time.Duration, len(variants)) // per variant
+	took := make([]time.Duration, len(variants))
 	b.ResetTimer()
-	for done := 0; done < b.N; done += round {
+	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
 		n := min(round, b.N-done)
-		t0 := time.Now()
-		if err := runRound(ctx, workers, n, prefix, &seq, storePair); err != nil {
-			b.Fatal(err)
+		// Rotate the order every round, so no variant always runs right
+		// after another (a checkpoint or autovacuum landing on one slot).
+		for j := range variants {
+			i := (j + r) % len(variants)
+			t0 := time.Now()
+			if err := runRound(ctx, workers, n, prefix, &seq, variants[i].pair); err != nil {
+				b.Fatalf("%s: %v", variants[i].name, err)
+			}
+			took[i] = time.Since(t0)
+			total[i] += took[i]
 		}
-		t1 := time.Now()
-		if err := runRound(ctx, workers, n, prefix, &seq, floorPair); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if err := runRound(ctx, workers, n, prefix, &seq, floorIdxPair); err != nil {
-			b.Fatal(err)
-		}
-		t3 := time.Now()
-		storeTime += t1.Sub(t0)
-		floorTime += t2.Sub(t1)
-		idxTime += t3.Sub(t2)
-		// Throughput ratios of adjacent rounds (same n: the inverse of the
+		// Throughput ratios within a round (same n: the inverse of the
 		// time ratio).
-		ratios = append(ratios, t2.Sub(t1).Seconds()/t1.Sub(t0).Seconds())
-		idxRatios = append(idxRatios, t3.Sub(t2).Seconds()/t1.Sub(t0).Seconds())
+		for i := range variants[1:] {
+			ratios[i+1] = append(ratios[i+1], took[i+1].Seconds()/took[0].Seconds())
+		}
 	}
 	b.StopTimer()
 	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
-	b.ReportMetric(median(ratios), "store/floor")
-	b.ReportMetric(median(idxRatios), "store/floor+idx")
-	b.ReportMetric(float64(b.N)/storeTime.Seconds(), "store-pairs/s")
-	b.ReportMetric(float64(b.N)/floorTime.Seconds(), "floor-pairs/s")
-	b.ReportMetric(float64(b.N)/idxTime.Seconds(), "floor+idx-pairs/s")
+	for i, v := range variants {
+		if i > 0 {
+			b.ReportMetric(median(ratios[i]), "store/"+v.name)
+		}
+		b.ReportMetric(float64(b.N)/total[i].Seconds(), v.name+"-pairs/s")
+	}
+}
+
+// expectOne checks that a fenced update matched exactly one row.
+func expectOne(tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("update matched %d rows", tag.RowsAffected())
+	}
+	return nil
 }
 
 // runRound runs n pairs over workers goroutines, each with a fresh key.

@@ -50,6 +50,7 @@ func loadMigrations(c config) ([]migration, error) {
 		"PayloadDefault": n.payloadDef,
 		"PayloadIdx":     n.payloadIdx,
 		"ClaimFn":        n.claimFn,
+		"ClaimSlowFn":    n.claimSlow,
 		"ClaimFull":      claimFullSQL(c),
 	}
 	var out []migration
