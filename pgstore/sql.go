@@ -14,6 +14,7 @@ type statements struct {
 	heartbeat string
 	complete  string
 	fail      string
+	mark      string
 	get       string
 	sweep     string
 	now       string
@@ -203,7 +204,8 @@ FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
 		s.complete = `UPDATE ` + n.table + `
 SET status = 'completed', completed_at = {{NOW}},
     resp_status = $4, resp_header = $5, resp_body = $6, resp_not_retained = $7
-WHERE ` + fenceWhere
+WHERE ` + fenceWhere + `
+RETURNING waiters`
 	} else {
 		s.get = `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
        c.locked_until, c.created_at, c.expires_at,
@@ -215,19 +217,24 @@ LEFT JOIN LATERAL (
   LIMIT 1 -- keeps the subquery from being flattened: pruned at run time
 ) p ON true
 WHERE c.scope = $1 AND c.key = $2`
-		// Data-modifying CTE: the payload row is inserted only when the
+		// Data-modifying CTEs: the payload row is inserted only when the
 		// fenced update matched, in the same statement (and transaction).
+		// The statement returns one row (the waiters flag) when it did.
 		s.complete = `WITH c AS (
   UPDATE ` + n.table + ` SET status = 'completed', completed_at = {{NOW}}
   WHERE ` + fenceWhere + `
-  RETURNING scope, key, token, completed_at, expires_at
+  RETURNING scope, key, token, completed_at, expires_at, waiters
+), p AS (
+  INSERT INTO ` + n.payload + ` (scope, key, token, stored_at, expires_at, resp_status, resp_header, resp_body, resp_not_retained)
+  SELECT scope, key, token, completed_at, expires_at, $4, $5, $6, $7 FROM c
 )
-INSERT INTO ` + n.payload + ` (scope, key, token, stored_at, expires_at, resp_status, resp_header, resp_body, resp_not_retained)
-SELECT scope, key, token, completed_at, expires_at, $4, $5, $6, $7 FROM c`
+SELECT waiters FROM c`
 	}
 	// $4: extension (µs).
 	s.heartbeat = `UPDATE ` + n.table + ` SET locked_until = {{NOW}} + $4::bigint * interval '1 microsecond' WHERE ` + fenceWhere
-	s.fail = `UPDATE ` + n.table + ` SET status = 'failed' WHERE ` + fenceWhere
+	s.fail = `UPDATE ` + n.table + ` SET status = 'failed' WHERE ` + fenceWhere + ` RETURNING waiters`
+	// A waiter marks an in-flight record (migration 0004, watch.go).
+	s.mark = `UPDATE ` + n.table + ` SET waiters = true WHERE scope = $1 AND key = $2 AND status = 'processing'`
 
 	// Sweep: bounded batch, oldest first, skipping rows another session
 	// holds (a claim in progress). The row lock taken by FOR UPDATE makes
@@ -245,7 +252,7 @@ SELECT scope, key, token, completed_at, expires_at, $4, $5, $6, $7 FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

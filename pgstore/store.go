@@ -23,6 +23,7 @@ type Store struct {
 	cfg    config
 	names  names
 	sql    statements
+	watch  *watchHub
 }
 
 var _ core.Store = (*Store)(nil)
@@ -48,6 +49,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if cfg.txPool != nil {
 		s.txPool = cfg.txPool
 	}
+	s.watch = newWatchHub(s)
 	return s, nil
 }
 
@@ -212,12 +214,15 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	if tx := s.takeTx(ctx, f); tx != nil {
 		return s.completeInTx(ctx, tx, args)
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.complete, args...)
+	matched, waiters, err := fenced(ctx, s.pool, s.sql.complete, args...)
 	if err != nil {
 		return wrap(ctx, op, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !matched {
 		return fmt.Errorf("pgstore: complete: %w", core.ErrLeaseLost)
+	}
+	if waiters {
+		s.notify(ctx, f.Scope, f.Key)
 	}
 	return nil
 }
@@ -230,12 +235,15 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.fail, f.Scope, f.Key, f.Token)
+	matched, waiters, err := fenced(ctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token)
 	if err != nil {
 		return wrap(ctx, op, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !matched {
 		return fmt.Errorf("pgstore: fail: %w", core.ErrLeaseLost)
+	}
+	if waiters {
+		s.notify(ctx, f.Scope, f.Key)
 	}
 	return nil
 }

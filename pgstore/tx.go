@@ -179,13 +179,13 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
 func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, args []any) error {
-	tag, err := tx.Exec(ctx, s.sql.complete, args...)
+	matched, waiters, err := fenced(ctx, tx, s.sql.complete, args...)
 	if err != nil {
 		rollback(ctx, tx)
 		s.releaseAfterTxFailure(ctx, args)
 		return wrap(ctx, "complete (in transaction)", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !matched {
 		rollback(ctx, tx)
 		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 	}
@@ -193,11 +193,16 @@ func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, args []any) error {
 		s.releaseAfterTxFailure(ctx, args)
 		return wrap(ctx, "complete: commit", err)
 	}
+	if waiters { // after the commit: waiters must find the record completed
+		s.notifyArgs(ctx, args)
+	}
 	return nil
 }
 
 func (s *Store) releaseAfterTxFailure(ctx context.Context, args []any) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	_, _ = s.pool.Exec(fctx, s.sql.fail, args[0], args[1], args[2])
+	if matched, waiters, err := fenced(fctx, s.pool, s.sql.fail, args[0], args[1], args[2]); err == nil && matched && waiters {
+		s.notifyArgs(fctx, args)
+	}
 }
