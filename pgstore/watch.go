@@ -28,8 +28,12 @@ import (
 //     completing transaction would hold PostgreSQL's notify lock across
 //     the commit's WAL flush and serialise all notifying commits
 //     (BENCHMARKS.md §3.1); a separate read-only transaction has no flush.
-//   - The listener wakes the waiters registered under the payload. The
-//     last waiter to leave stops it and closes its connection.
+//   - The listener wakes the waiters registered under the payload. It
+//     stops and closes its connection listenLinger after the last waiter
+//     leaves: long enough that a waiter re-arming after a wake-up, or the
+//     next duplicate of a busy service, finds it running (starting one
+//     costs a connection and a LISTEN, ~5-25 ms here); short enough that
+//     an idle Store holds no connection and no goroutine for long.
 //
 // Nothing is lost by racing: the listener is LISTENing before the mark
 // commits, so a complete that sees the mark notifies someone listening; a
@@ -47,6 +51,9 @@ const notifyTimeout = 2 * time.Second
 // listenTimeout bounds connecting the listener and the LISTEN.
 const listenTimeout = 5 * time.Second
 
+// listenLinger is how long the listener outlives its last waiter.
+const listenLinger = 250 * time.Millisecond
+
 // watchHub is a Store's listener and its waiters.
 type watchHub struct {
 	s       *Store
@@ -58,6 +65,7 @@ type watchHub struct {
 	waiters map[string]map[*waiter]struct{} // by notifyPayload
 	n       int                             // waiters registered
 	l       *listener                       // nil: not running
+	idle    *time.Timer                     // stops l after listenLinger; nil while waited on
 }
 
 type waiter struct {
@@ -112,6 +120,10 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 	}
 	set[w] = struct{}{}
 	h.n++
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
 	running := h.l != nil
 	h.mu.Unlock()
 
@@ -148,7 +160,8 @@ func (w *waiter) wake() {
 	}
 }
 
-// remove unregisters w and stops the listener when nobody waits.
+// remove unregisters w; the last waiter to leave schedules the listener's
+// stop.
 func (h *watchHub) remove(payload string, w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -161,9 +174,17 @@ func (h *watchHub) remove(payload string, w *waiter) {
 		delete(h.waiters, payload)
 	}
 	h.n--
-	if h.n == 0 && h.l != nil {
-		h.l.cancel() // the loop closes the connection and exits
-		h.l = nil
+	if h.n == 0 && h.l != nil && h.idle == nil {
+		l := h.l
+		h.idle = time.AfterFunc(listenLinger, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.n == 0 && h.l == l {
+				l.cancel() // the loop closes the connection and exits
+				h.l = nil
+				h.idle = nil
+			}
+		})
 	}
 }
 
