@@ -34,6 +34,15 @@
 // and its writes vanish; the engine answers it 409. An aborted execution
 // (error, panic, 5xx) rolls the transaction back.
 //
+// # Waiting duplicates
+//
+// Store implements core.Watcher: in wait mode (core.WithWait) a duplicate
+// waiting for an in-flight key is woken by LISTEN/NOTIFY when the owner
+// completes or fails, in any instance. Only waiters pay for it: a waiter
+// marks the record, and Complete and Fail send a NOTIFY (in its own
+// statement, after the record's commit) only for a marked record. See
+// README.md, "Waking waiters".
+//
 // # Retention
 //
 // Two modes. Plain (default): one table; Sweep (and Maintain) delete
