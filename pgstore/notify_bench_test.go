@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,10 +55,9 @@ SELECT pg_notify('idem_bench', md5(octet_length(scope)::text || ':' || scope || 
 				}
 			}
 			plain, notify := pairOn(upd), pairOn(updNotify)
-			prefix := "n" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-			var seq atomic.Int64
+			keys := newKeySource(true, "")
 			for _, p := range []func(context.Context, string) error{plain, notify} {
-				if err := runRound(ctx, workers, 4*workers, prefix, &seq, p); err != nil {
+				if err := runRound(ctx, workers, 4*workers, keys, p); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -69,11 +67,11 @@ SELECT pg_notify('idem_bench', md5(octet_length(scope)::text || ':' || scope || 
 			for done := 0; done < b.N; done += round {
 				n := min(round, b.N-done)
 				t0 := time.Now()
-				if err := runRound(ctx, workers, n, prefix, &seq, plain); err != nil {
+				if err := runRound(ctx, workers, n, keys, plain); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				if err := runRound(ctx, workers, n, prefix, &seq, notify); err != nil {
+				if err := runRound(ctx, workers, n, keys, notify); err != nil {
 					b.Fatal(err)
 				}
 				ratios = append(ratios, t1.Sub(t0).Seconds()/time.Since(t1).Seconds())
