@@ -37,6 +37,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer store.Close() // at shutdown: its LISTEN connection, if anyone waits (optional)
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_example.ledger (id bigserial PRIMARY KEY, amount int NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}

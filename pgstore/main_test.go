@@ -46,6 +46,7 @@ func openStore(tb testing.TB, pool *pgxpool.Pool, opts ...Option) *Store {
 	if err != nil {
 		tb.Fatalf("new: %v", err)
 	}
+	tb.Cleanup(s.Close) // runs before the pool's Close (registered earlier)
 	return s
 }
 

@@ -225,6 +225,7 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Close)
 	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	eng, err := core.New(store, core.WithLease(lease), core.WithCommitTimeout(3*time.Second), core.WithLogger(logger))
 	if err != nil {

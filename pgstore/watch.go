@@ -66,6 +66,8 @@ type watchHub struct {
 	n       int                             // waiters registered
 	l       *listener                       // nil: not running
 	idle    *time.Timer                     // stops l after listenLinger; nil while waited on
+	closed  bool                            // Close was called: no new listener
+	loops   sync.WaitGroup                  // running listener loops
 }
 
 type waiter struct {
@@ -76,6 +78,38 @@ type waiter struct {
 type listener struct {
 	conn   *pgx.Conn
 	cancel context.CancelFunc
+}
+
+// Close stops the store's listener (see Watch), if one is running, and
+// waits for its connection to close; waiters still registered are woken
+// and fall back to polling. It does not close the pool, which is the
+// caller's. Close is optional — the listener closes itself 250 ms after its
+// last waiter leaves — and meant for shutdown and tests; Claim, Complete and
+// the other store methods keep working after it, Watch does not watch.
+func (s *Store) Close() {
+	h := s.watch
+	h.mu.Lock()
+	h.closed = true
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	if l := h.l; l != nil {
+		h.l = nil
+		h.wakeAll()
+		l.cancel()
+	}
+	h.mu.Unlock()
+	h.loops.Wait()
+}
+
+// wakeAll wakes every registered waiter. Call with mu held.
+func (h *watchHub) wakeAll() {
+	for _, set := range h.waiters {
+		for w := range set {
+			w.wake()
+		}
+	}
 }
 
 func newWatchHub(s *Store) *watchHub {
@@ -194,8 +228,11 @@ func (h *watchHub) start(ctx context.Context) error {
 	h.startMu.Lock()
 	defer h.startMu.Unlock()
 	h.mu.Lock()
-	skip := h.l != nil || h.n == 0
+	skip, closed := h.l != nil || h.n == 0, h.closed
 	h.mu.Unlock()
+	if closed {
+		return errors.New("pgstore: watch: store closed")
+	}
 	if skip {
 		return nil
 	}
@@ -212,13 +249,14 @@ func (h *watchHub) start(ctx context.Context) error {
 	lctx, lcancel := context.WithCancel(context.Background())
 	l := &listener{conn: conn, cancel: lcancel}
 	h.mu.Lock()
-	if h.n == 0 { // everyone left while we connected
+	if h.n == 0 || h.closed { // everyone left, or Close, while we connected
 		h.mu.Unlock()
 		lcancel()
 		closeConn(conn)
 		return errors.New("pgstore: watch: no waiters left")
 	}
 	h.l = l
+	h.loops.Add(1)
 	h.mu.Unlock()
 	go h.loop(lctx, l)
 	return nil
@@ -228,6 +266,7 @@ func (h *watchHub) start(ctx context.Context) error {
 // connection fails; then every waiter still registered is woken (it reads
 // the record again and, if it still waits, starts a new listener).
 func (h *watchHub) loop(ctx context.Context, l *listener) {
+	defer h.loops.Done()
 	defer closeConn(l.conn)
 	for {
 		n, err := l.conn.WaitForNotification(ctx)
@@ -235,11 +274,7 @@ func (h *watchHub) loop(ctx context.Context, l *listener) {
 		if err != nil {
 			if h.l == l {
 				h.l = nil
-				for _, set := range h.waiters {
-					for w := range set {
-						w.wake()
-					}
-				}
+				h.wakeAll()
 			}
 			h.mu.Unlock()
 			l.cancel()

@@ -195,6 +195,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 			return err
 		}
 		defer pool.Close()
+		defer ps.Close() // its LISTEN connection, if a duplicate is waiting (-wait); before the pool
 		store, ledger = ps, pl
 		storeDesc = "pgstore (transactional, schema " + schema + ")"
 		mctx, cancel := context.WithCancel(ctx)

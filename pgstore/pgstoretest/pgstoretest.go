@@ -30,5 +30,6 @@ func Store(t testing.TB, opts ...pgstore.Option) (*pgstore.Store, string) {
 	if err != nil {
 		t.Fatalf("pgstore.New: %v", err)
 	}
+	t.Cleanup(store.Close) // its listener, if a test waited (registered after the pool's Close: runs first)
 	return store, schema
 }
