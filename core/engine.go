@@ -152,17 +152,30 @@ type Decision struct {
 	Scope string
 
 	eng   *Engine
-	lease *Lease
+	lease *Lease // &own.lease for Proceed, else nil
 	route string
+	own   *owner // Proceed only: replays and rejects stay one small allocation
+}
 
-	mu       sync.Mutex
-	finished bool
-	lostErr  error
-	cancels  []context.CancelCauseFunc
-	hbCancel context.CancelFunc // the renewal in progress, if any
-	hbStop   chan struct{}
-	hbDone   chan struct{}
-	hbTimer  *time.Timer // starts heartbeatLoop when the first renewal is due
+// owner is the state of a Proceed decision, allocated once at the claim:
+// the lease, the handler's context, the commit context and the heartbeat
+// live here rather than in one allocation each.
+type owner struct {
+	lease  Lease
+	lctx   leaseCtx  // the first Context's; later calls allocate their own
+	lctxOK bool      // lctx is in use
+	cctx   commitCtx // Commit's or Abort's (there is exactly one)
+
+	mu        sync.Mutex
+	finished  bool
+	lostErr   error
+	cancels   []context.CancelCauseFunc
+	cancelBuf [1]context.CancelCauseFunc // cancels' first element
+	hbCancel  context.CancelFunc         // the renewal in progress, if any
+	hbStop    chan struct{}              // made when the renewal loop starts
+	hbLoop    sync.WaitGroup             // held from the claim until the loop may no longer start or has returned
+	hbTimer   *time.Timer                // starts heartbeatLoop when the first renewal is due
+	hbSince   time.Time                  // when the claim was sent
 }
 
 // Context returns parent carrying the lease (for KeyFromContext, RelayKey
@@ -170,21 +183,33 @@ type Decision struct {
 // ErrLeaseLost if the heartbeat finds the lease gone. For other outcomes it
 // returns parent unchanged.
 func (d *Decision) Context(parent context.Context) context.Context {
-	if d == nil || d.lease == nil {
+	if d == nil || d.own == nil {
 		return parent
 	}
-	ctx, cancel := context.WithCancelCause(ContextWithLease(parent, d.lease))
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	o := d.own
+	// One cancelCtx (context.Cause needs the real one) wrapped by a
+	// leaseCtx carrying the lease, instead of a value context under it.
+	cc, cancel := context.WithCancelCause(parent)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	lc := &o.lctx
+	if o.lctxOK {
+		lc = new(leaseCtx)
+	}
+	o.lctxOK = true
+	*lc = leaseCtx{Context: cc, lease: &o.lease}
 	switch {
-	case d.lostErr != nil:
-		cancel(d.lostErr)
-	case d.finished:
+	case o.lostErr != nil:
+		cancel(o.lostErr)
+	case o.finished:
 		cancel(ErrFinished)
 	default:
-		d.cancels = append(d.cancels, cancel)
+		if o.cancels == nil {
+			o.cancels = o.cancelBuf[:0]
+		}
+		o.cancels = append(o.cancels, cancel)
 	}
-	return ctx
+	return lc
 }
 
 // Fence returns the fence of a Proceed decision (zero otherwise).
@@ -296,7 +321,8 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 		if res.Claimed {
 			d.Outcome = Proceed
-			d.lease = &Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}
+			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}}
+			d.lease = &d.own.lease
 			d.startHeartbeat(sent)
 			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})
 			e.log(ctx, slog.LevelInfo, "claim", key, scope, req.Route, slog.Int64("token", res.Record.Token))
@@ -485,8 +511,8 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
-	cctx, cancel := e.detached(ctx, d)
-	defer cancel()
+	cctx := e.detached(ctx, d)
+	defer cctx.cancel(context.Canceled)
 	status := resp.Status
 	if status == 0 {
 		status = http.StatusOK
@@ -523,8 +549,8 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
-	cctx, cancel := e.detached(ctx, d)
-	defer cancel()
+	cctx := e.detached(ctx, d)
+	defer cctx.cancel(context.Canceled)
 	start := time.Now()
 	err := e.store.Fail(cctx, d.lease.fence)
 	if cause != nil {
@@ -551,11 +577,16 @@ func (e *Engine) CommitErrorResponse(err error) *Response {
 	return r
 }
 
-func (e *Engine) detached(ctx context.Context, d *Decision) (context.Context, context.CancelFunc) {
+// detached returns the context of the decision's one Commit or Abort: ctx's
+// values and the lease, none of ctx's cancellation, and the commit timeout.
+// The caller cancels it when done.
+func (e *Engine) detached(ctx context.Context, d *Decision) *commitCtx {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return context.WithTimeout(ContextWithLease(context.WithoutCancel(ctx), d.lease), e.cfg.commitTimeout)
+	c := &d.own.cctx
+	*c = commitCtx{values: context.WithoutCancel(ctx), lease: d.lease, deadline: time.Now().Add(e.cfg.commitTimeout)}
+	return c
 }
 
 func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status int, took time.Duration, err error) error {
@@ -576,33 +607,40 @@ func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status 
 
 // finish marks the decision finished and stops its heartbeat.
 func (d *Decision) finish(e *Engine) error {
-	if d == nil || d.Outcome != Proceed || d.lease == nil || d.eng != e {
+	if d == nil || d.Outcome != Proceed || d.own == nil || d.eng != e {
 		return ErrNotOwner
 	}
-	d.mu.Lock()
-	if d.finished {
-		d.mu.Unlock()
+	o := d.own
+	o.mu.Lock()
+	if o.finished {
+		o.mu.Unlock()
 		return ErrFinished
 	}
-	d.finished = true
-	hbCancel := d.hbCancel
-	d.mu.Unlock()
+	o.finished = true
+	hbCancel := o.hbCancel
+	if o.hbStop != nil {
+		close(o.hbStop)
+	}
+	o.mu.Unlock()
 	if hbCancel != nil {
 		hbCancel() // a pending renewal is moot now: do not wait for it
 	}
-	close(d.hbStop)
-	if !d.hbTimer.Stop() { // the loop started (or is starting): wait for it
-		<-d.hbDone
+	if o.hbTimer.Stop() {
+		o.hbLoop.Done() // the loop will never start
 	}
+	// Otherwise the loop started (or is starting): it sees finished and
+	// returns; wait for it.
+	o.hbLoop.Wait()
 	return nil
 }
 
 // release cancels the handler contexts: the execution is over.
 func (d *Decision) release() {
-	d.mu.Lock()
-	cancels := d.cancels
-	d.cancels = nil
-	d.mu.Unlock()
+	o := d.own
+	o.mu.Lock()
+	cancels := o.cancels
+	o.cancels = nil
+	o.mu.Unlock()
 	for _, c := range cancels {
 		c(ErrFinished)
 	}
@@ -614,29 +652,40 @@ func (d *Decision) release() {
 // succeeded for a whole lease, another instance may own the key: the handler
 // is stopped then, at the latest, even while a renewal is still pending.
 func (d *Decision) startHeartbeat(since time.Time) {
-	d.hbStop = make(chan struct{})
-	d.hbDone = make(chan struct{})
+	o := d.own
+	o.hbSince = since
+	o.hbLoop.Add(1)
 	// Most handlers finish well within lease/3: the renewal loop (a
-	// goroutine, a ticker and a timer) starts only when the first renewal is
-	// due, so a short request pays for one runtime timer and nothing else.
-	d.hbTimer = time.AfterFunc(d.eng.cfg.lease/3, func() { d.heartbeatLoop(since) })
+	// goroutine, a ticker, a timer and its stop channel) starts only when
+	// the first renewal is due, so a short request pays for one runtime
+	// timer and nothing else.
+	o.hbTimer = time.AfterFunc(d.eng.cfg.lease/3, d.heartbeatLoop)
 }
 
 // heartbeatLoop runs on the first renewal's timer goroutine until finish.
-func (d *Decision) heartbeatLoop(since time.Time) {
-	defer close(d.hbDone)
+func (d *Decision) heartbeatLoop() {
+	o := d.own
+	defer o.hbLoop.Done()
+	o.mu.Lock()
+	if o.finished { // finish came first (its Stop lost the race): nothing to do
+		o.mu.Unlock()
+		return
+	}
+	o.hbStop = make(chan struct{})
+	stop := o.hbStop
+	o.mu.Unlock()
 	e := d.eng
 	lease := e.cfg.lease
 	interval := lease / 3
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	lastOK := since
+	lastOK := o.hbSince
 	expiry := time.NewTimer(lease - e.cfg.now().Sub(lastOK))
 	defer expiry.Stop()
 	for due := true; ; due = false { // the first renewal is due as the loop starts
 		if !due {
 			select {
-			case <-d.hbStop:
+			case <-stop:
 				return
 			case <-expiry.C:
 				if left := lease - e.cfg.now().Sub(lastOK); left > 0 {
@@ -652,19 +701,19 @@ func (d *Decision) heartbeatLoop(since time.Time) {
 		// A renewal still pending when the lease runs out is too late.
 		timeout := min(interval, lease-sent.Sub(lastOK))
 		ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
-		d.mu.Lock()
-		if d.finished { // Commit or Abort began: no more renewals
-			d.mu.Unlock()
+		o.mu.Lock()
+		if o.finished { // Commit or Abort began: no more renewals
+			o.mu.Unlock()
 			cancel()
 			return
 		}
-		d.hbCancel = cancel
-		d.mu.Unlock()
+		o.hbCancel = cancel
+		o.mu.Unlock()
 		err := e.store.Heartbeat(ctx, d.lease.fence, lease)
-		d.mu.Lock()
-		d.hbCancel = nil
-		stopped := d.finished
-		d.mu.Unlock()
+		o.mu.Lock()
+		o.hbCancel = nil
+		stopped := o.finished
+		o.mu.Unlock()
 		cancel()
 		if stopped {
 			return
@@ -690,11 +739,12 @@ func (d *Decision) heartbeatLoop(since time.Time) {
 }
 
 func (d *Decision) loseLease(cause error) {
-	d.mu.Lock()
-	d.lostErr = cause
-	cancels := d.cancels
-	d.cancels = nil
-	d.mu.Unlock()
+	o := d.own
+	o.mu.Lock()
+	o.lostErr = cause
+	cancels := o.cancels
+	o.cancels = nil
+	o.mu.Unlock()
 	for _, c := range cancels {
 		c(cause)
 	}
