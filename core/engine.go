@@ -74,6 +74,12 @@ type Request struct {
 	// Header holds the request headers: the key header and any headers
 	// named by WithFingerprintHeaders are read from it.
 	Header http.Header
+	// HeaderReader is read instead of Header when Header is nil, for
+	// frameworks that keep headers in their own form (fasthttp): the engine
+	// asks only for the headers it needs. A ScopeFunc set with WithScope may
+	// read any header from Header; for it, the engine fills Header from
+	// HeaderReader's Header() http.Header method if it has one.
+	HeaderReader HeaderReader
 	// Body is read by Decide (up to the request limit) for the fingerprint;
 	// the adapter gives the handler Decision.Body instead. May be nil.
 	Body io.Reader
@@ -89,13 +95,50 @@ type Request struct {
 type Response struct {
 	Status int // 0 means the handler wrote nothing: 200, as net/http does
 	Header http.Header
-	Body   []byte
+	// HeaderReader is read instead of Header when Header is nil (see
+	// Request.HeaderReader): Commit asks it only for the allow-listed
+	// headers (WithReplayHeaders).
+	HeaderReader HeaderReader
+	Body         []byte
 	// Streamed: the handler flushed or hijacked; the response went out as it
 	// was written and cannot be kept.
 	Streamed bool
 	// Truncated: the body exceeded the response limit; it went out whole but
 	// cannot be kept.
 	Truncated bool
+}
+
+// HeaderReader reads headers an adapter does not hold as an http.Header,
+// by canonical name: every value of the header, in order, nil when absent.
+// The strings must not alias memory the framework reuses: the engine and
+// the store may keep them. http.Header implements it.
+type HeaderReader interface {
+	Values(name string) []string
+}
+
+// values reads one request header from Header or HeaderReader.
+func (r *Request) values(name string) []string {
+	if r.Header == nil && r.HeaderReader != nil {
+		return r.HeaderReader.Values(name)
+	}
+	return r.Header.Values(name)
+}
+
+// fingerprintHeader returns what the fingerprint reads the headers named
+// by WithFingerprintHeaders from: Header, or those headers read from
+// HeaderReader.
+func (r *Request) fingerprintHeader(names []string) http.Header {
+	if len(names) == 0 || r.Header != nil || r.HeaderReader == nil {
+		return r.Header
+	}
+	h := make(http.Header, len(names))
+	for _, n := range names {
+		n = http.CanonicalHeaderKey(n)
+		if v := r.HeaderReader.Values(n); len(v) > 0 {
+			h[n] = v
+		}
+	}
+	return h
 }
 
 // Engine decides, for every request, whether the handler runs. It is safe
@@ -235,7 +278,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		// already owned; claiming again would only refuse ourselves.
 		return e.bypass(req), nil
 	}
-	key, err := ParseKey(req.Header.Values(e.cfg.header))
+	key, err := ParseKey(req.values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
 			return e.bypass(req), nil
@@ -269,7 +312,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		Route:  req.Route,
 		Fingerprint: Fingerprint(FingerprintInput{
 			Method: method, Route: req.Route, Target: req.Target, Body: body,
-			Header: req.Header, Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
+			Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
 		}),
 		Lease:     e.cfg.lease,
 		Retention: e.cfg.retention,
@@ -406,6 +449,11 @@ func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
 		}
 		return req.Scope, nil
 	}
+	if req.Header == nil && req.HeaderReader != nil {
+		if all, ok := req.HeaderReader.(interface{ Header() http.Header }); ok {
+			req.Header = all.Header()
+		}
+	}
 	r := new(Request)
 	*r = *req
 	scope, err := e.cfg.scope(ctx, r)
@@ -435,28 +483,17 @@ func (e *Engine) reject(ctx context.Context, kind, route, problem string, status
 	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
 }
 
-// replayResponse copies the stored headers (the adapter may change the
-// copy) and marks the response replayed. Every header value shares one
-// backing array, each key's slice capped so an append reallocates.
+// replayResponse marks the stored response replayed. Its header map and
+// slices become the replay's: a Store hands every Claim its own copy of the
+// record (the storetest aliasing tests pin it), so the adapter may change
+// them without reaching the store. The body is the store's copy too and is
+// only read.
 func replayResponse(sr *StoredResponse) *Response {
-	n := 1
-	for _, v := range sr.Header {
-		n += len(v)
+	h := sr.Header
+	if h == nil {
+		h = make(http.Header, 1)
 	}
-	vals := make([]string, 0, n)
-	h := make(http.Header, len(sr.Header)+1)
-	for k, v := range sr.Header {
-		if len(v) == 0 {
-			h[k] = nil
-			continue
-		}
-		i := len(vals)
-		vals = append(vals, v...)
-		h[k] = vals[i:len(vals):len(vals)]
-	}
-	i := len(vals)
-	vals = append(vals, "true")
-	h[ReplayedHeader] = vals[i : i+1 : i+1] // h.Set: ReplayedHeader is canonical
+	h[ReplayedHeader] = []string{"true"} // h.Set: ReplayedHeader is canonical
 	return &Response{Status: sr.Status, Header: h, Body: sr.Body}
 }
 
@@ -467,7 +504,14 @@ func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) 
 	if r == nil || r == http.NoBody {
 		return []byte{}, false, nil
 	}
-	body = make([]byte, 0, 512)
+	size := 512
+	if lr, ok := r.(interface{ Len() int }); ok && int64(lr.Len()) < limit {
+		// bytes.Reader, strings.Reader, bytes.Buffer (fasthttp's body): the
+		// exact size, plus one byte so the read that reports EOF needs no
+		// growth.
+		size = lr.Len() + 1
+	}
+	body = make([]byte, 0, size)
 	for {
 		if int64(len(body)) > limit {
 			return nil, true, nil
@@ -536,7 +580,7 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 		if body == nil {
 			body = []byte{}
 		}
-		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.filterHeaders(resp.Header), Body: body})
+		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.keptHeaders(&resp), Body: body})
 	}
 	return e.finished(ctx, d, kind, status, time.Since(start), err)
 }
@@ -748,6 +792,27 @@ func (d *Decision) loseLease(cause error) {
 	for _, c := range cancels {
 		c(cause)
 	}
+}
+
+// keptHeaders returns the allow-listed headers of resp, from Header or,
+// when it is nil, from HeaderReader.
+func (e *Engine) keptHeaders(resp *Response) http.Header {
+	if resp.Header != nil || resp.HeaderReader == nil {
+		return e.filterHeaders(resp.Header)
+	}
+	var out http.Header
+	for _, name := range e.cfg.replayHeaders {
+		if v := resp.HeaderReader.Values(name); len(v) > 0 {
+			if out == nil {
+				out = make(http.Header, 2)
+			}
+			out[name] = v[:len(v):len(v)] // capped: an append elsewhere reallocates
+		}
+	}
+	if out == nil {
+		out = http.Header{}
+	}
+	return out
 }
 
 // filterHeaders keeps the allow-listed headers of h, under their canonical
