@@ -146,6 +146,7 @@ func (r *Request) fingerprintHeader(names []string) http.Header {
 type Engine struct {
 	store Store
 	cfg   config
+	hb    hbQueue
 }
 
 // New builds an engine on store. It validates the options and returns an
@@ -217,8 +218,14 @@ type owner struct {
 	hbCancel  context.CancelFunc         // the renewal in progress, if any
 	hbStop    chan struct{}              // made when the renewal loop starts
 	hbLoop    sync.WaitGroup             // held from the claim until the loop may no longer start or has returned
-	hbTimer   *time.Timer                // starts heartbeatLoop when the first renewal is due
-	hbSince   time.Time                  // when the claim was sent
+
+	// In the engine's hbQueue until the first renewal is due (guarded by
+	// the queue's lock).
+	d          *Decision
+	prev, next *owner
+	queued     bool
+	due        time.Time
+	hbSince    time.Time // when the claim was sent
 }
 
 // Context returns parent carrying the lease (for KeyFromContext, RelayKey
@@ -338,10 +345,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 	}
 	for {
-		start := time.Now()
+		start := e.timing()
 		sent := e.cfg.now() // the lease runs from no earlier than this
 		res, err := e.store.Claim(ctx, claim)
-		took := time.Since(start)
+		took := since(start)
 		if err != nil && ctx.Err() != nil {
 			// The client went away before the claim: not a store failure,
 			// and nothing was claimed. The answer goes nowhere.
@@ -555,13 +562,13 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
-	cctx := e.detached(ctx, d)
+	start := time.Now()
+	cctx := e.detached(ctx, d, start)
 	defer cctx.cancel(context.Canceled)
 	status := resp.Status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	start := time.Now()
 	var err error
 	kind := "commit"
 	switch {
@@ -582,7 +589,7 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 		}
 		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.keptHeaders(&resp), Body: body})
 	}
-	return e.finished(ctx, d, kind, status, time.Since(start), err)
+	return e.finished(ctx, d, kind, status, e.took(start), err)
 }
 
 // Abort releases the key after a handler failure (panic, error, client
@@ -593,14 +600,14 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
-	cctx := e.detached(ctx, d)
-	defer cctx.cancel(context.Canceled)
 	start := time.Now()
+	cctx := e.detached(ctx, d, start)
+	defer cctx.cancel(context.Canceled)
 	err := e.store.Fail(cctx, d.lease.fence)
 	if cause != nil {
 		e.log(ctx, slog.LevelWarn, "abort_cause", d.Key, d.Scope, d.route, slog.Any("cause", cause))
 	}
-	return e.finished(ctx, d, "abort", 0, time.Since(start), err)
+	return e.finished(ctx, d, "abort", 0, e.took(start), err)
 }
 
 // CommitErrorResponse is what an adapter writes instead of the handler's
@@ -623,13 +630,13 @@ func (e *Engine) CommitErrorResponse(err error) *Response {
 
 // detached returns the context of the decision's one Commit or Abort: ctx's
 // values and the lease, none of ctx's cancellation, and the commit timeout.
-// The caller cancels it when done.
-func (e *Engine) detached(ctx context.Context, d *Decision) *commitCtx {
+// The caller cancels it when done; now is the caller's clock reading.
+func (e *Engine) detached(ctx context.Context, d *Decision, now time.Time) *commitCtx {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	c := &d.own.cctx
-	*c = commitCtx{values: context.WithoutCancel(ctx), lease: d.lease, deadline: time.Now().Add(e.cfg.commitTimeout)}
+	*c = commitCtx{values: context.WithoutCancel(ctx), lease: d.lease, deadline: now.Add(e.cfg.commitTimeout)}
 	return c
 }
 
@@ -669,7 +676,7 @@ func (d *Decision) finish(e *Engine) error {
 	if hbCancel != nil {
 		hbCancel() // a pending renewal is moot now: do not wait for it
 	}
-	if o.hbTimer.Stop() {
+	if e.hb.remove(o) {
 		o.hbLoop.Done() // the loop will never start
 	}
 	// Otherwise the loop started (or is starting): it sees finished and
@@ -697,21 +704,103 @@ func (d *Decision) release() {
 // is stopped then, at the latest, even while a renewal is still pending.
 func (d *Decision) startHeartbeat(since time.Time) {
 	o := d.own
+	o.d = d
 	o.hbSince = since
 	o.hbLoop.Add(1)
-	// Most handlers finish well within lease/3: the renewal loop (a
-	// goroutine, a ticker, a timer and its stop channel) starts only when
-	// the first renewal is due, so a short request pays for one runtime
-	// timer and nothing else.
-	o.hbTimer = time.AfterFunc(d.eng.cfg.lease/3, d.heartbeatLoop)
+	d.eng.hb.add(o, d.eng.cfg.lease/3)
 }
 
-// heartbeatLoop runs on the first renewal's timer goroutine until finish.
+// hbQueue holds the claims whose first renewal is not due yet, in the
+// order it falls due (every claim waits the same lease/3), under one timer
+// per engine. Most handlers finish well within lease/3: a short request
+// then costs a list insertion and removal, not a runtime timer of its own;
+// the renewal loop (a goroutine, a ticker, a timer and its stop channel)
+// starts only when the first renewal is due.
+type hbQueue struct {
+	mu         sync.Mutex
+	head, tail *owner
+	timer      *time.Timer // fires at head's due time while armed
+	armed      bool
+}
+
+func (q *hbQueue) add(o *owner, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o.due = time.Now().Add(wait) // under the lock: the list stays in due order
+	o.queued = true
+	o.prev, o.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = o
+	} else {
+		q.head = o
+	}
+	q.tail = o
+	if q.armed {
+		return // armed for an earlier due time
+	}
+	q.armed = true
+	if q.timer == nil {
+		q.timer = time.AfterFunc(wait, q.fire)
+	} else {
+		q.timer.Reset(wait)
+	}
+}
+
+// remove takes o off the queue and reports whether it was there, that is
+// whether its renewal loop has not been started.
+func (q *hbQueue) remove(o *owner) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !o.queued {
+		return false
+	}
+	q.unlinkLocked(o)
+	return true
+}
+
+func (q *hbQueue) unlinkLocked(o *owner) {
+	if o.prev != nil {
+		o.prev.next = o.next
+	} else {
+		q.head = o.next
+	}
+	if o.next != nil {
+		o.next.prev = o.prev
+	} else {
+		q.tail = o.prev
+	}
+	o.prev, o.next, o.queued = nil, nil, false
+}
+
+// fire starts the renewal loop of every claim that is due and re-arms the
+// timer for the next one.
+func (q *hbQueue) fire() {
+	q.mu.Lock()
+	now := time.Now()
+	var due []*owner
+	for q.head != nil && !q.head.due.After(now) {
+		o := q.head
+		q.unlinkLocked(o)
+		due = append(due, o)
+	}
+	if q.head != nil {
+		q.timer.Reset(q.head.due.Sub(now))
+	} else {
+		q.armed = false
+	}
+	q.mu.Unlock()
+	for _, o := range due {
+		go o.d.heartbeatLoop()
+	}
+}
+
+// heartbeatLoop runs on its own goroutine, from when the first renewal is
+// due until finish.
 func (d *Decision) heartbeatLoop() {
 	o := d.own
 	defer o.hbLoop.Done()
 	o.mu.Lock()
-	if o.finished { // finish came first (its Stop lost the race): nothing to do
+	if o.finished { // finish came first (hbQueue.remove lost the race): nothing to do
 		o.mu.Unlock()
 		return
 	}
@@ -848,6 +937,32 @@ func (e *Engine) filterHeaders(h http.Header) http.Header {
 		}
 	}
 	return out
+}
+
+// timing starts timing a store call for the observer's Event.Duration: the
+// clock is read only when there is an observer (a clock read is a visible
+// share of a replay's CPU on some VMs).
+func (e *Engine) timing() time.Time {
+	if e.cfg.observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// since is time.Since(start) for a start from timing, 0 without one.
+func since(start time.Time) time.Duration {
+	if start.IsZero() {
+		return 0
+	}
+	return time.Since(start)
+}
+
+// took is the observer's duration of a commit that started at start.
+func (e *Engine) took(start time.Time) time.Duration {
+	if e.cfg.observer == nil {
+		return 0
+	}
+	return time.Since(start)
 }
 
 func (e *Engine) observe(ev Event) {
