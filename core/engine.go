@@ -74,6 +74,12 @@ type Request struct {
 	// Header holds the request headers: the key header and any headers
 	// named by WithFingerprintHeaders are read from it.
 	Header http.Header
+	// HeaderReader is read instead of Header when Header is nil, for
+	// frameworks that keep headers in their own form (fasthttp): the engine
+	// asks only for the headers it needs. A ScopeFunc set with WithScope may
+	// read any header from Header; for it, the engine fills Header from
+	// HeaderReader's Header() http.Header method if it has one.
+	HeaderReader HeaderReader
 	// Body is read by Decide (up to the request limit) for the fingerprint;
 	// the adapter gives the handler Decision.Body instead. May be nil.
 	Body io.Reader
@@ -89,7 +95,11 @@ type Request struct {
 type Response struct {
 	Status int // 0 means the handler wrote nothing: 200, as net/http does
 	Header http.Header
-	Body   []byte
+	// HeaderReader is read instead of Header when Header is nil (see
+	// Request.HeaderReader): Commit asks it only for the allow-listed
+	// headers (WithReplayHeaders).
+	HeaderReader HeaderReader
+	Body         []byte
 	// Streamed: the handler flushed or hijacked; the response went out as it
 	// was written and cannot be kept.
 	Streamed bool
@@ -98,11 +108,45 @@ type Response struct {
 	Truncated bool
 }
 
+// HeaderReader reads headers an adapter does not hold as an http.Header,
+// by canonical name: every value of the header, in order, nil when absent.
+// The strings must not alias memory the framework reuses: the engine and
+// the store may keep them. http.Header implements it.
+type HeaderReader interface {
+	Values(name string) []string
+}
+
+// values reads one request header from Header or HeaderReader.
+func (r *Request) values(name string) []string {
+	if r.Header == nil && r.HeaderReader != nil {
+		return r.HeaderReader.Values(name)
+	}
+	return r.Header.Values(name)
+}
+
+// fingerprintHeader returns what the fingerprint reads the headers named
+// by WithFingerprintHeaders from: Header, or those headers read from
+// HeaderReader.
+func (r *Request) fingerprintHeader(names []string) http.Header {
+	if len(names) == 0 || r.Header != nil || r.HeaderReader == nil {
+		return r.Header
+	}
+	h := make(http.Header, len(names))
+	for _, n := range names {
+		n = http.CanonicalHeaderKey(n)
+		if v := r.HeaderReader.Values(n); len(v) > 0 {
+			h[n] = v
+		}
+	}
+	return h
+}
+
 // Engine decides, for every request, whether the handler runs. It is safe
 // for concurrent use; build one per store and share it across adapters.
 type Engine struct {
 	store Store
 	cfg   config
+	hb    hbQueue
 }
 
 // New builds an engine on store. It validates the options and returns an
@@ -152,17 +196,36 @@ type Decision struct {
 	Scope string
 
 	eng   *Engine
-	lease *Lease
+	lease *Lease // &own.lease for Proceed, else nil
 	route string
+	own   *owner // Proceed only: replays and rejects stay one small allocation
+}
 
-	mu       sync.Mutex
-	finished bool
-	lostErr  error
-	cancels  []context.CancelCauseFunc
-	hbCancel context.CancelFunc // the renewal in progress, if any
-	hbStop   chan struct{}
-	hbDone   chan struct{}
-	hbTimer  *time.Timer // starts heartbeatLoop when the first renewal is due
+// owner is the state of a Proceed decision, allocated once at the claim:
+// the lease, the handler's context, the commit context and the heartbeat
+// live here rather than in one allocation each.
+type owner struct {
+	lease  Lease
+	lctx   leaseCtx  // the first Context's; later calls allocate their own
+	lctxOK bool      // lctx is in use
+	cctx   commitCtx // Commit's or Abort's (there is exactly one)
+
+	mu        sync.Mutex
+	finished  bool
+	lostErr   error
+	cancels   []context.CancelCauseFunc
+	cancelBuf [1]context.CancelCauseFunc // cancels' first element
+	hbCancel  context.CancelFunc         // the renewal in progress, if any
+	hbStop    chan struct{}              // made when the renewal loop starts
+	hbLoop    sync.WaitGroup             // held from the claim until the loop may no longer start or has returned
+
+	// In the engine's hbQueue until the first renewal is due (guarded by
+	// the queue's lock).
+	d          *Decision
+	prev, next *owner
+	queued     bool
+	due        time.Time
+	hbSince    time.Time // when the claim was sent
 }
 
 // Context returns parent carrying the lease (for KeyFromContext, RelayKey
@@ -170,21 +233,33 @@ type Decision struct {
 // ErrLeaseLost if the heartbeat finds the lease gone. For other outcomes it
 // returns parent unchanged.
 func (d *Decision) Context(parent context.Context) context.Context {
-	if d == nil || d.lease == nil {
+	if d == nil || d.own == nil {
 		return parent
 	}
-	ctx, cancel := context.WithCancelCause(ContextWithLease(parent, d.lease))
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	o := d.own
+	// One cancelCtx (context.Cause needs the real one) wrapped by a
+	// leaseCtx carrying the lease, instead of a value context under it.
+	cc, cancel := context.WithCancelCause(parent)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	lc := &o.lctx
+	if o.lctxOK {
+		lc = new(leaseCtx)
+	}
+	o.lctxOK = true
+	*lc = leaseCtx{Context: cc, lease: &o.lease}
 	switch {
-	case d.lostErr != nil:
-		cancel(d.lostErr)
-	case d.finished:
+	case o.lostErr != nil:
+		cancel(o.lostErr)
+	case o.finished:
 		cancel(ErrFinished)
 	default:
-		d.cancels = append(d.cancels, cancel)
+		if o.cancels == nil {
+			o.cancels = o.cancelBuf[:0]
+		}
+		o.cancels = append(o.cancels, cancel)
 	}
-	return ctx
+	return lc
 }
 
 // Fence returns the fence of a Proceed decision (zero otherwise).
@@ -210,7 +285,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		// already owned; claiming again would only refuse ourselves.
 		return e.bypass(req), nil
 	}
-	key, err := ParseKey(req.Header.Values(e.cfg.header))
+	key, err := ParseKey(req.values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
 			return e.bypass(req), nil
@@ -244,7 +319,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		Route:  req.Route,
 		Fingerprint: Fingerprint(FingerprintInput{
 			Method: method, Route: req.Route, Target: req.Target, Body: body,
-			Header: req.Header, Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
+			Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
 		}),
 		Lease:     e.cfg.lease,
 		Retention: e.cfg.retention,
@@ -270,10 +345,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 	}
 	for {
-		start := time.Now()
+		start := e.timing()
 		sent := e.cfg.now() // the lease runs from no earlier than this
 		res, err := e.store.Claim(ctx, claim)
-		took := time.Since(start)
+		took := since(start)
 		if err != nil && ctx.Err() != nil {
 			// The client went away before the claim: not a store failure,
 			// and nothing was claimed. The answer goes nowhere.
@@ -296,7 +371,8 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 		if res.Claimed {
 			d.Outcome = Proceed
-			d.lease = &Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}
+			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}}
+			d.lease = &d.own.lease
 			d.startHeartbeat(sent)
 			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})
 			e.log(ctx, slog.LevelInfo, "claim", key, scope, req.Route, slog.Int64("token", res.Record.Token))
@@ -380,6 +456,11 @@ func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
 		}
 		return req.Scope, nil
 	}
+	if req.Header == nil && req.HeaderReader != nil {
+		if all, ok := req.HeaderReader.(interface{ Header() http.Header }); ok {
+			req.Header = all.Header()
+		}
+	}
 	r := new(Request)
 	*r = *req
 	scope, err := e.cfg.scope(ctx, r)
@@ -409,28 +490,17 @@ func (e *Engine) reject(ctx context.Context, kind, route, problem string, status
 	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
 }
 
-// replayResponse copies the stored headers (the adapter may change the
-// copy) and marks the response replayed. Every header value shares one
-// backing array, each key's slice capped so an append reallocates.
+// replayResponse marks the stored response replayed. Its header map and
+// slices become the replay's: a Store hands every Claim its own copy of the
+// record (the storetest aliasing tests pin it), so the adapter may change
+// them without reaching the store. The body is the store's copy too and is
+// only read.
 func replayResponse(sr *StoredResponse) *Response {
-	n := 1
-	for _, v := range sr.Header {
-		n += len(v)
+	h := sr.Header
+	if h == nil {
+		h = make(http.Header, 1)
 	}
-	vals := make([]string, 0, n)
-	h := make(http.Header, len(sr.Header)+1)
-	for k, v := range sr.Header {
-		if len(v) == 0 {
-			h[k] = nil
-			continue
-		}
-		i := len(vals)
-		vals = append(vals, v...)
-		h[k] = vals[i:len(vals):len(vals)]
-	}
-	i := len(vals)
-	vals = append(vals, "true")
-	h[ReplayedHeader] = vals[i : i+1 : i+1] // h.Set: ReplayedHeader is canonical
+	h[ReplayedHeader] = []string{"true"} // h.Set: ReplayedHeader is canonical
 	return &Response{Status: sr.Status, Header: h, Body: sr.Body}
 }
 
@@ -441,7 +511,14 @@ func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) 
 	if r == nil || r == http.NoBody {
 		return []byte{}, false, nil
 	}
-	body = make([]byte, 0, 512)
+	size := 512
+	if lr, ok := r.(interface{ Len() int }); ok && int64(lr.Len()) < limit {
+		// bytes.Reader, strings.Reader, bytes.Buffer (fasthttp's body): the
+		// exact size, plus one byte so the read that reports EOF needs no
+		// growth.
+		size = lr.Len() + 1
+	}
+	body = make([]byte, 0, size)
 	for {
 		if int64(len(body)) > limit {
 			return nil, true, nil
@@ -485,13 +562,13 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
-	cctx, cancel := e.detached(ctx, d)
-	defer cancel()
+	start := time.Now()
+	cctx := e.detached(ctx, d, start)
+	defer cctx.cancel(context.Canceled)
 	status := resp.Status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	start := time.Now()
 	var err error
 	kind := "commit"
 	switch {
@@ -510,9 +587,9 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 		if body == nil {
 			body = []byte{}
 		}
-		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.filterHeaders(resp.Header), Body: body})
+		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.keptHeaders(&resp), Body: body})
 	}
-	return e.finished(ctx, d, kind, status, time.Since(start), err)
+	return e.finished(ctx, d, kind, status, e.took(start), err)
 }
 
 // Abort releases the key after a handler failure (panic, error, client
@@ -523,14 +600,14 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
-	cctx, cancel := e.detached(ctx, d)
-	defer cancel()
 	start := time.Now()
+	cctx := e.detached(ctx, d, start)
+	defer cctx.cancel(context.Canceled)
 	err := e.store.Fail(cctx, d.lease.fence)
 	if cause != nil {
 		e.log(ctx, slog.LevelWarn, "abort_cause", d.Key, d.Scope, d.route, slog.Any("cause", cause))
 	}
-	return e.finished(ctx, d, "abort", 0, time.Since(start), err)
+	return e.finished(ctx, d, "abort", 0, e.took(start), err)
 }
 
 // CommitErrorResponse is what an adapter writes instead of the handler's
@@ -551,11 +628,16 @@ func (e *Engine) CommitErrorResponse(err error) *Response {
 	return r
 }
 
-func (e *Engine) detached(ctx context.Context, d *Decision) (context.Context, context.CancelFunc) {
+// detached returns the context of the decision's one Commit or Abort: ctx's
+// values and the lease, none of ctx's cancellation, and the commit timeout.
+// The caller cancels it when done; now is the caller's clock reading.
+func (e *Engine) detached(ctx context.Context, d *Decision, now time.Time) *commitCtx {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return context.WithTimeout(ContextWithLease(context.WithoutCancel(ctx), d.lease), e.cfg.commitTimeout)
+	c := &d.own.cctx
+	*c = commitCtx{values: context.WithoutCancel(ctx), lease: d.lease, deadline: now.Add(e.cfg.commitTimeout)}
+	return c
 }
 
 func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status int, took time.Duration, err error) error {
@@ -576,33 +658,40 @@ func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status 
 
 // finish marks the decision finished and stops its heartbeat.
 func (d *Decision) finish(e *Engine) error {
-	if d == nil || d.Outcome != Proceed || d.lease == nil || d.eng != e {
+	if d == nil || d.Outcome != Proceed || d.own == nil || d.eng != e {
 		return ErrNotOwner
 	}
-	d.mu.Lock()
-	if d.finished {
-		d.mu.Unlock()
+	o := d.own
+	o.mu.Lock()
+	if o.finished {
+		o.mu.Unlock()
 		return ErrFinished
 	}
-	d.finished = true
-	hbCancel := d.hbCancel
-	d.mu.Unlock()
+	o.finished = true
+	hbCancel := o.hbCancel
+	if o.hbStop != nil {
+		close(o.hbStop)
+	}
+	o.mu.Unlock()
 	if hbCancel != nil {
 		hbCancel() // a pending renewal is moot now: do not wait for it
 	}
-	close(d.hbStop)
-	if !d.hbTimer.Stop() { // the loop started (or is starting): wait for it
-		<-d.hbDone
+	if e.hb.remove(o) {
+		o.hbLoop.Done() // the loop will never start
 	}
+	// Otherwise the loop started (or is starting): it sees finished and
+	// returns; wait for it.
+	o.hbLoop.Wait()
 	return nil
 }
 
 // release cancels the handler contexts: the execution is over.
 func (d *Decision) release() {
-	d.mu.Lock()
-	cancels := d.cancels
-	d.cancels = nil
-	d.mu.Unlock()
+	o := d.own
+	o.mu.Lock()
+	cancels := o.cancels
+	o.cancels = nil
+	o.mu.Unlock()
 	for _, c := range cancels {
 		c(ErrFinished)
 	}
@@ -614,29 +703,122 @@ func (d *Decision) release() {
 // succeeded for a whole lease, another instance may own the key: the handler
 // is stopped then, at the latest, even while a renewal is still pending.
 func (d *Decision) startHeartbeat(since time.Time) {
-	d.hbStop = make(chan struct{})
-	d.hbDone = make(chan struct{})
-	// Most handlers finish well within lease/3: the renewal loop (a
-	// goroutine, a ticker and a timer) starts only when the first renewal is
-	// due, so a short request pays for one runtime timer and nothing else.
-	d.hbTimer = time.AfterFunc(d.eng.cfg.lease/3, func() { d.heartbeatLoop(since) })
+	o := d.own
+	o.d = d
+	o.hbSince = since
+	o.hbLoop.Add(1)
+	d.eng.hb.add(o, d.eng.cfg.lease/3)
 }
 
-// heartbeatLoop runs on the first renewal's timer goroutine until finish.
-func (d *Decision) heartbeatLoop(since time.Time) {
-	defer close(d.hbDone)
+// hbQueue holds the claims whose first renewal is not due yet, in the
+// order it falls due (every claim waits the same lease/3), under one timer
+// per engine. Most handlers finish well within lease/3: a short request
+// then costs a list insertion and removal, not a runtime timer of its own;
+// the renewal loop (a goroutine, a ticker, a timer and its stop channel)
+// starts only when the first renewal is due.
+type hbQueue struct {
+	mu         sync.Mutex
+	head, tail *owner
+	timer      *time.Timer // fires at head's due time while armed
+	armed      bool
+}
+
+func (q *hbQueue) add(o *owner, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o.due = time.Now().Add(wait) // under the lock: the list stays in due order
+	o.queued = true
+	o.prev, o.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = o
+	} else {
+		q.head = o
+	}
+	q.tail = o
+	if q.armed {
+		return // armed for an earlier due time
+	}
+	q.armed = true
+	if q.timer == nil {
+		q.timer = time.AfterFunc(wait, q.fire)
+	} else {
+		q.timer.Reset(wait)
+	}
+}
+
+// remove takes o off the queue and reports whether it was there, that is
+// whether its renewal loop has not been started.
+func (q *hbQueue) remove(o *owner) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !o.queued {
+		return false
+	}
+	q.unlinkLocked(o)
+	return true
+}
+
+func (q *hbQueue) unlinkLocked(o *owner) {
+	if o.prev != nil {
+		o.prev.next = o.next
+	} else {
+		q.head = o.next
+	}
+	if o.next != nil {
+		o.next.prev = o.prev
+	} else {
+		q.tail = o.prev
+	}
+	o.prev, o.next, o.queued = nil, nil, false
+}
+
+// fire starts the renewal loop of every claim that is due and re-arms the
+// timer for the next one.
+func (q *hbQueue) fire() {
+	q.mu.Lock()
+	now := time.Now()
+	var due []*owner
+	for q.head != nil && !q.head.due.After(now) {
+		o := q.head
+		q.unlinkLocked(o)
+		due = append(due, o)
+	}
+	if q.head != nil {
+		q.timer.Reset(q.head.due.Sub(now))
+	} else {
+		q.armed = false
+	}
+	q.mu.Unlock()
+	for _, o := range due {
+		go o.d.heartbeatLoop()
+	}
+}
+
+// heartbeatLoop runs on its own goroutine, from when the first renewal is
+// due until finish.
+func (d *Decision) heartbeatLoop() {
+	o := d.own
+	defer o.hbLoop.Done()
+	o.mu.Lock()
+	if o.finished { // finish came first (hbQueue.remove lost the race): nothing to do
+		o.mu.Unlock()
+		return
+	}
+	o.hbStop = make(chan struct{})
+	stop := o.hbStop
+	o.mu.Unlock()
 	e := d.eng
 	lease := e.cfg.lease
 	interval := lease / 3
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	lastOK := since
+	lastOK := o.hbSince
 	expiry := time.NewTimer(lease - e.cfg.now().Sub(lastOK))
 	defer expiry.Stop()
 	for due := true; ; due = false { // the first renewal is due as the loop starts
 		if !due {
 			select {
-			case <-d.hbStop:
+			case <-stop:
 				return
 			case <-expiry.C:
 				if left := lease - e.cfg.now().Sub(lastOK); left > 0 {
@@ -652,19 +834,19 @@ func (d *Decision) heartbeatLoop(since time.Time) {
 		// A renewal still pending when the lease runs out is too late.
 		timeout := min(interval, lease-sent.Sub(lastOK))
 		ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
-		d.mu.Lock()
-		if d.finished { // Commit or Abort began: no more renewals
-			d.mu.Unlock()
+		o.mu.Lock()
+		if o.finished { // Commit or Abort began: no more renewals
+			o.mu.Unlock()
 			cancel()
 			return
 		}
-		d.hbCancel = cancel
-		d.mu.Unlock()
+		o.hbCancel = cancel
+		o.mu.Unlock()
 		err := e.store.Heartbeat(ctx, d.lease.fence, lease)
-		d.mu.Lock()
-		d.hbCancel = nil
-		stopped := d.finished
-		d.mu.Unlock()
+		o.mu.Lock()
+		o.hbCancel = nil
+		stopped := o.finished
+		o.mu.Unlock()
 		cancel()
 		if stopped {
 			return
@@ -690,14 +872,36 @@ func (d *Decision) heartbeatLoop(since time.Time) {
 }
 
 func (d *Decision) loseLease(cause error) {
-	d.mu.Lock()
-	d.lostErr = cause
-	cancels := d.cancels
-	d.cancels = nil
-	d.mu.Unlock()
+	o := d.own
+	o.mu.Lock()
+	o.lostErr = cause
+	cancels := o.cancels
+	o.cancels = nil
+	o.mu.Unlock()
 	for _, c := range cancels {
 		c(cause)
 	}
+}
+
+// keptHeaders returns the allow-listed headers of resp, from Header or,
+// when it is nil, from HeaderReader.
+func (e *Engine) keptHeaders(resp *Response) http.Header {
+	if resp.Header != nil || resp.HeaderReader == nil {
+		return e.filterHeaders(resp.Header)
+	}
+	var out http.Header
+	for _, name := range e.cfg.replayHeaders {
+		if v := resp.HeaderReader.Values(name); len(v) > 0 {
+			if out == nil {
+				out = make(http.Header, 2)
+			}
+			out[name] = v[:len(v):len(v)] // capped: an append elsewhere reallocates
+		}
+	}
+	if out == nil {
+		out = http.Header{}
+	}
+	return out
 }
 
 // filterHeaders keeps the allow-listed headers of h, under their canonical
@@ -733,6 +937,32 @@ func (e *Engine) filterHeaders(h http.Header) http.Header {
 		}
 	}
 	return out
+}
+
+// timing starts timing a store call for the observer's Event.Duration: the
+// clock is read only when there is an observer (a clock read is a visible
+// share of a replay's CPU on some VMs).
+func (e *Engine) timing() time.Time {
+	if e.cfg.observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// since is time.Since(start) for a start from timing, 0 without one.
+func since(start time.Time) time.Duration {
+	if start.IsZero() {
+		return 0
+	}
+	return time.Since(start)
+}
+
+// took is the observer's duration of a commit that started at start.
+func (e *Engine) took(start time.Time) time.Duration {
+	if e.cfg.observer == nil {
+		return 0
+	}
+	return time.Since(start)
 }
 
 func (e *Engine) observe(ev Event) {

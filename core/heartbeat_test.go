@@ -191,3 +191,35 @@ func TestHeartbeatTransientError(t *testing.T) {
 	assert.GreaterOrEqual(t, calls.Load(), int64(6))
 	require.NoError(t, eng.Commit(ctx, d, created("ok")))
 }
+
+// Claims wait for their first renewal in one queue per engine: one that
+// finishes early leaves it from the middle, the slow ones around it still
+// get their renewals, and each renewal loop stops with its own Commit.
+func TestHeartbeatQueue(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	s := &countingStore{Store: memstore.New()}
+	eng := newEngine(t, s, core.WithLease(lease))
+	a := proceed(t, eng, request("q-a", payBody))
+	b := proceed(t, eng, request("q-b", payBody))
+	c := proceed(t, eng, request("q-c", payBody))
+	require.NoError(t, eng.Commit(context.Background(), b, created("b")))
+
+	time.Sleep(2 * lease) // past the lease: a and c live only by their renewals
+	for _, key := range []string{"q-a", "q-c"} {
+		d := decide(t, eng, request(key, payBody))
+		require.Equal(t, core.Reject, d.Outcome, "%s was taken over: no renewal", key)
+	}
+	assert.GreaterOrEqual(t, s.heartbeats.Load(), int64(4), "a and c renew every lease/3")
+
+	require.NoError(t, eng.Commit(context.Background(), a, created("a")))
+	require.NoError(t, eng.Commit(context.Background(), c, created("c")))
+	n := s.heartbeats.Load()
+	time.Sleep(2 * lease / 3)
+	assert.Equal(t, n, s.heartbeats.Load(), "renewals after Commit")
+
+	// The queue is reused once empty.
+	d := proceed(t, eng, request("q-d", payBody))
+	time.Sleep(2 * lease)
+	assert.Greater(t, s.heartbeats.Load(), n, "a claim after the queue emptied gets renewals too")
+	require.NoError(t, eng.Commit(context.Background(), d, created("d")))
+}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Lease is the ownership of one execution, carried by the handler's context
@@ -64,6 +65,9 @@ type leaseCtxKey struct{}
 // LeaseFromContext returns the lease carried by ctx, if the context belongs
 // to a handler that idem let proceed.
 func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	if lc, ok := ctx.(*leaseCtx); ok { // the handler's own context: no walk up the chain
+		return lc.lease, lc.lease != nil
+	}
 	l, ok := ctx.Value(leaseCtxKey{}).(*Lease)
 	return l, ok && l != nil
 }
@@ -109,4 +113,141 @@ func relayKey(scope, key, label string) string {
 	x.field(key)
 	x.field(label)
 	return x.hexSum("idem_", 20)
+}
+
+// leaseCtx is the handler's context: a cancelCtx (so that context.Cause
+// reports why it ended) carrying the lease, in one wrapper instead of a
+// value context under the cancelCtx.
+type leaseCtx struct {
+	context.Context
+	lease *Lease
+}
+
+func (c *leaseCtx) Value(k any) any {
+	if _, ok := k.(leaseCtxKey); ok {
+		return c.lease
+	}
+	return c.Context.Value(k)
+}
+
+// commitCtx is what Commit and Abort hand the store: the request's values
+// and the lease, none of its cancellation, and a deadline. It is
+// context.WithTimeout(context.WithoutCancel(ctx)) without the timer: the
+// timer starts only when a store asks for Done or AfterFunc (pgx does;
+// memstore only calls Err, which reads the clock), so a commit that nobody
+// waits on costs no runtime timer. It lives in the decision's owner state:
+// there is one per decision.
+type commitCtx struct {
+	values   context.Context // context.WithoutCancel(request ctx): values only
+	lease    *Lease
+	deadline time.Time
+
+	mu     sync.Mutex
+	done   chan struct{}
+	err    error
+	timer  *time.Timer
+	afters []*commitAfter
+}
+
+// commitAfter is one AfterFunc registration.
+type commitAfter struct{ f func() }
+
+var _ interface {
+	AfterFunc(func()) func() bool
+} = (*commitCtx)(nil)
+
+func (c *commitCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *commitCtx) Value(k any) any {
+	if _, ok := k.(leaseCtxKey); ok {
+		return c.lease
+	}
+	return c.values.Value(k)
+}
+
+func (c *commitCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil && !time.Now().Before(c.deadline) {
+		c.cancelLocked(context.DeadlineExceeded)
+	}
+	return c.err
+}
+
+func (c *commitCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watchLocked()
+	return c.done
+}
+
+// AfterFunc arranges for f to run in its own goroutine once c is done, as
+// context.AfterFunc does. The context package uses it for contexts derived
+// from c (and pgx through context.AfterFunc), instead of a goroutine
+// watching Done for each.
+func (c *commitCtx) AfterFunc(f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watchLocked()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	a := &commitAfter{f: f}
+	c.afters = append(c.afters, a)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, x := range c.afters {
+			if x == a {
+				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				return true
+			}
+		}
+		return false // already run, or c was cancelled
+	}
+}
+
+// watchLocked makes the Done channel and, while c is live, the deadline's
+// timer. c.mu must be held.
+func (c *commitCtx) watchLocked() {
+	if c.done != nil {
+		return
+	}
+	c.done = make(chan struct{})
+	if c.err != nil {
+		close(c.done)
+		return
+	}
+	left := time.Until(c.deadline)
+	if left <= 0 {
+		c.cancelLocked(context.DeadlineExceeded)
+		return
+	}
+	c.timer = time.AfterFunc(left, func() { c.cancel(context.DeadlineExceeded) })
+}
+
+// cancel ends c with err (Commit and Abort call it with context.Canceled
+// when the store call returns); later calls do nothing.
+func (c *commitCtx) cancel(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancelLocked(err)
+}
+
+func (c *commitCtx) cancelLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	if c.done != nil {
+		close(c.done)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	for _, a := range c.afters {
+		go a.f()
+	}
+	c.afters = nil
 }

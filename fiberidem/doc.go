@@ -13,9 +13,11 @@
 //
 //   - fasthttp reuses request and response buffers: strings from c.Get,
 //     c.Path, c.Method and slices from c.Body or c.Response().Body() change
-//     under you after the handler returns. fiberidem copies every header,
-//     the key, the method, the route, the scope and the response body before
-//     the engine or the store sees them, and keeps no reference to the
+//     under you after the handler returns. fiberidem copies every header
+//     value the engine reads (the key, fingerprint headers, allow-listed
+//     response headers; all request headers for a core.WithScope function),
+//     the method, the route, the scope and the response body before the
+//     engine or the store sees them, and keeps no reference to the
 //     *fiber.Ctx after the handler returns.
 //   - The route in the fingerprint is c.Route().Path when idem is mounted on
 //     the route, and the request path when it is registered with app.Use

@@ -22,6 +22,75 @@ func requestHeader(h *fasthttp.RequestHeader) http.Header {
 	return hc.out
 }
 
+// requestHeaders is fasthttp's request header as a core.HeaderReader: the
+// engine asks only for the headers it reads (the key, and those named by
+// WithFingerprintHeaders), so only those are copied. The match is the
+// one requestHeader makes: the name as net/http canonicalises it.
+type requestHeaders fasthttp.RequestHeader
+
+func (r *requestHeaders) Values(name string) []string {
+	var vals []string
+	(*fasthttp.RequestHeader)(r).VisitAll(func(k, v []byte) {
+		if nameIs(k, name) {
+			vals = append(vals, valueOf(v))
+		}
+	})
+	return vals
+}
+
+// Header copies every header, for a core.WithScope function (it may read
+// any).
+func (r *requestHeaders) Header() http.Header {
+	return requestHeader((*fasthttp.RequestHeader)(r))
+}
+
+// responseHeaders is fasthttp's response header as a core.HeaderReader:
+// Commit asks only for the allow-listed headers, so only those are copied.
+type responseHeaders fasthttp.ResponseHeader
+
+func (r *responseHeaders) Values(name string) []string {
+	var vals []string
+	(*fasthttp.ResponseHeader)(r).VisitAll(func(k, v []byte) {
+		if nameIs(k, name) {
+			vals = append(vals, valueOf(v))
+		}
+	})
+	return vals
+}
+
+// nameIs reports whether http.CanonicalHeaderKey(string(k)) == name, for
+// a canonical name, allocating only for a name fasthttp did not normalise
+// (DisableHeaderNormalizing).
+func nameIs(k []byte, name string) bool {
+	if string(k) == name {
+		return true
+	}
+	if len(k) != len(name) {
+		return false
+	}
+	for i := range k {
+		a, b := k[i], name[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return http.CanonicalHeaderKey(string(k)) == name
+}
+
+// valueOf copies v, or returns the constant for a common value.
+func valueOf(v []byte) string {
+	if s := knownValue(v); s != "" {
+		return s
+	}
+	return string(v)
+}
+
 // responseHeader copies the response headers the engine may keep. Set-Cookie
 // and Content-Length are never replayed (core refuses them in its
 // allow-list), so they are not copied.

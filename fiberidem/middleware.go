@@ -103,7 +103,8 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		Route:  route,
 		// Hashed inside Decide, never kept: no copy needed beyond string().
 		Target: string(c.Request().RequestURI()),
-		Header: requestHeader(&c.Request().Header),
+		// Read on demand: only the headers the engine needs are copied.
+		HeaderReader: (*requestHeaders)(&c.Request().Header),
 	}
 	// Decide reads the body into its own buffer (core.Decision.Body) before
 	// it returns: nothing it keeps aliases fasthttp's request buffer, and
@@ -184,7 +185,8 @@ func (m *middleware) proceed(c *fiber.Ctx, d *core.Decision, parent context.Cont
 }
 
 // capture reads the response the handler left in c.Response(). Everything
-// in it is copied: fasthttp reuses the buffers for the next request.
+// the engine gets from it is copied (the body here, header values by
+// responseHeaders): fasthttp reuses the buffers for the next request.
 func (m *middleware) capture(c *fiber.Ctx) core.Response {
 	r := c.Response()
 	resp := core.Response{Status: r.StatusCode()}
@@ -200,12 +202,13 @@ func (m *middleware) capture(c *fiber.Ctx) core.Response {
 		resp.Truncated = true
 		return resp
 	}
-	resp.Header = responseHeader(&r.Header)
 	if len(body) == 0 {
+		resp.Header = responseHeader(&r.Header)
 		dropImplicitContentType(c, resp.Header)
 		resp.Body = []byte{}
 		return resp
 	}
+	resp.HeaderReader = (*responseHeaders)(&r.Header)
 	resp.Body = bytes.Clone(body)
 	return resp
 }

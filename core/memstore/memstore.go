@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"sync"
 	"time"
 
@@ -32,7 +33,7 @@ type Store struct {
 	maxEntries int
 
 	mu   sync.Mutex
-	recs map[recKey]*core.Record
+	recs map[recKey]*entry
 	// last is the last lease token handed out. One counter for the whole
 	// store keeps tokens strictly increasing and never reused, even when a
 	// record is deleted and created again under the same key.
@@ -66,7 +67,7 @@ func New(opts ...Option) *Store {
 	return &Store{
 		clock:      cfg.clock,
 		maxEntries: cfg.maxEntries,
-		recs:       make(map[recKey]*core.Record),
+		recs:       make(map[recKey]*entry),
 		watchers:   make(map[recKey]map[*watch]struct{}),
 	}
 }
@@ -81,7 +82,7 @@ func (s *Store) now() time.Time {
 
 // expired reports whether r is past retention and not held by a live lease:
 // such a record is treated as absent by every method (the key is new again).
-func expired(r *core.Record, now time.Time) bool {
+func expired(r *entry, now time.Time) bool {
 	if now.Before(r.ExpiresAt) {
 		return false
 	}
@@ -91,7 +92,7 @@ func expired(r *core.Record, now time.Time) bool {
 // lookupLocked returns the record for k, removing it first if it expired
 // (lazy expiry), so every method sees the same answer whatever order calls
 // arrive in. s.mu must be held.
-func (s *Store) lookupLocked(k recKey, now time.Time) (*core.Record, bool) {
+func (s *Store) lookupLocked(k recKey, now time.Time) (*entry, bool) {
 	r, ok := s.recs[k]
 	if !ok {
 		return nil, false
@@ -124,7 +125,7 @@ func (s *Store) notifyLocked(k recKey) {
 
 // expiresBy returns when r would expire if nothing touched it again: a
 // processing record is held until its lease lapses too.
-func expiresBy(r *core.Record) time.Time {
+func expiresBy(r *entry) time.Time {
 	if r.Status == core.StatusProcessing && r.LockedUntil.After(r.ExpiresAt) {
 		return r.LockedUntil
 	}
@@ -133,7 +134,7 @@ func expiresBy(r *core.Record) time.Time {
 
 // noteExpiryLocked keeps purgeAfter a lower bound after r changed in a way
 // that may make it expire sooner. s.mu must be held.
-func (s *Store) noteExpiryLocked(r *core.Record) {
+func (s *Store) noteExpiryLocked(r *entry) {
 	if t := expiresBy(r); t.Before(s.purgeAfter) {
 		s.purgeAfter = t
 	}
@@ -184,7 +185,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		if err != nil {
 			return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
 		}
-		r = &core.Record{
+		r = &entry{Record: core.Record{
 			Scope:       req.Scope,
 			Key:         req.Key,
 			Method:      req.Method,
@@ -195,9 +196,9 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			LockedUntil: now.Add(req.Lease),
 			CreatedAt:   now,
 			ExpiresAt:   now.Add(req.Retention),
-		}
+		}}
 		if s.recs == nil { // zero Store
-			s.recs = make(map[recKey]*core.Record)
+			s.recs = make(map[recKey]*entry)
 		}
 		s.recs[k] = r
 		s.noteExpiryLocked(r)
@@ -217,7 +218,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		r.Token = tok
 		r.LockedUntil = now.Add(req.Lease)
 		r.ExpiresAt = now.Add(req.Retention)
-		r.Response = nil
+		r.resp = storedResp{}
 		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
 		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
@@ -229,7 +230,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 
 // ownedLocked returns the record f owns: present, not expired, processing
 // and carrying f.Token. s.mu must be held.
-func (s *Store) ownedLocked(f core.Fence, now time.Time) (*core.Record, bool) {
+func (s *Store) ownedLocked(f core.Fence, now time.Time) (*entry, bool) {
 	r, ok := s.lookupLocked(recKey{f.Scope, f.Key}, now)
 	if !ok || r.Status != core.StatusProcessing || r.Token != f.Token {
 		return nil, false
@@ -263,7 +264,7 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
 	// Copy before taking the lock: a 1 MiB body should not be copied while
 	// every other request waits.
-	stored := copyResponse(&resp)
+	stored := compact(&resp)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -274,7 +275,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
 	}
 	r.Status = core.StatusCompleted
-	r.Response = stored
+	r.resp = stored
 	s.noteExpiryLocked(r) // no longer held by its lease
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
@@ -292,7 +293,7 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 		return fmt.Errorf("memstore: fail: %w", core.ErrLeaseLost)
 	}
 	r.Status = core.StatusFailed
-	r.Response = nil
+	r.resp = storedResp{}
 	s.noteExpiryLocked(r)
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
@@ -404,25 +405,92 @@ func (s *Store) Len() int {
 	return len(s.recs)
 }
 
+// entry is a record as the store holds it: the core.Record (its Response
+// always nil) and the completed response in compact form.
+type entry struct {
+	core.Record
+	resp storedResp
+}
+
+// storedResp is a completed record's response, the store's own copy. Its
+// headers are a slice rather than an http.Header: a map costs a group of
+// eight slots (~330 B) per record kept, a slice a few dozen bytes. Claim
+// and Get expand it into a fresh core.StoredResponse for each caller.
+type storedResp struct {
+	ok          bool // a response is stored
+	status      int
+	notRetained bool
+	body        []byte        // nil when empty
+	header      []headerField // nil for a nil http.Header
+}
+
+// headerField is one header name and its values; the values of all fields
+// share one backing array.
+type headerField struct {
+	name string
+	vals []string
+}
+
 // copyRecord returns r with its response deep-copied, so callers can never
-// reach the store's bytes or header maps.
-func copyRecord(r *core.Record) core.Record {
-	out := *r
-	out.Response = copyResponse(r.Response)
+// reach the store's bytes or header values.
+func copyRecord(r *entry) core.Record {
+	out := r.Record
+	if r.resp.ok {
+		out.Response = r.resp.expand()
+	}
 	return out
 }
 
-// copyResponse deep-copies resp. An empty body is stored and returned as nil:
-// the contract replays nil and empty alike.
-func copyResponse(resp *core.StoredResponse) *core.StoredResponse {
-	if resp == nil {
-		return nil
-	}
-	out := *resp
-	out.Header = resp.Header.Clone()
-	out.Body = nil
+// compact copies resp into the store's form. An empty body is stored as
+// nil: the contract replays nil and empty alike.
+func compact(resp *core.StoredResponse) storedResp {
+	out := storedResp{ok: true, status: resp.Status, notRetained: resp.NotRetained}
 	if len(resp.Body) > 0 {
-		out.Body = append([]byte(nil), resp.Body...)
+		out.body = append([]byte(nil), resp.Body...)
 	}
-	return &out
+	if resp.Header == nil {
+		return out
+	}
+	nv := 0
+	for _, vv := range resp.Header {
+		nv += len(vv)
+	}
+	sv := make([]string, nv)
+	out.header = make([]headerField, 0, len(resp.Header))
+	for k, vv := range resp.Header {
+		f := headerField{name: k}
+		if vv != nil { // nil and empty values stay apart, as in Header.Clone
+			n := copy(sv, vv)
+			f.vals, sv = sv[:n:n], sv[n:]
+		}
+		out.header = append(out.header, f)
+	}
+	return out
+}
+
+// expand returns a deep copy of r as a core.StoredResponse: what
+// http.Header.Clone and a body copy made of the response as completed.
+func (r *storedResp) expand() *core.StoredResponse {
+	out := &core.StoredResponse{Status: r.status, NotRetained: r.notRetained}
+	if len(r.body) > 0 {
+		out.Body = append([]byte(nil), r.body...)
+	}
+	if r.header == nil {
+		return out
+	}
+	nv := 0
+	for _, f := range r.header {
+		nv += len(f.vals)
+	}
+	sv := make([]string, nv)
+	out.Header = make(http.Header, len(r.header))
+	for _, f := range r.header {
+		if f.vals == nil {
+			out.Header[f.name] = nil
+			continue
+		}
+		n := copy(sv, f.vals)
+		out.Header[f.name], sv = sv[:n:n], sv[n:]
+	}
+	return out
 }
