@@ -230,3 +230,38 @@ func TestNotMigrated(t *testing.T) {
 		t.Fatalf("get on an unmigrated schema: %v", err)
 	}
 }
+
+// TestSchemaBehindBinary: a schema migrated by an older release (here: the
+// last migration's row and column removed) is refused before the first
+// claim, so no handler runs whose Complete could not be stored; after
+// Migrate the same Store claims.
+func TestSchemaBehindBinary(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := newStore(t, pool)
+	if _, err := pool.Exec(t.Context(), `DELETE FROM `+s.names.migrations+` WHERE table_name = $1 AND version = $2`, s.cfg.table, s.schemaVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+s.names.table+` DROP COLUMN waiters`); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := New(pool, WithSchema(s.cfg.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fresh.Claim(t.Context(), claimReq("k", time.Minute))
+	requirePrefixed(t, err, "claim")
+	if err == nil || !strings.Contains(err.Error(), "run pgstore.Migrate") || !strings.Contains(err.Error(), "needs") {
+		t.Fatalf("claim on a schema behind the binary: %v", err)
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+s.names.table).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d records (%v): the refused claim must not insert", n, err)
+	}
+	if err := Migrate(t.Context(), pool, WithSchema(s.cfg.schema)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := fresh.Claim(t.Context(), claimReq("k", time.Minute)); err != nil || !res.Claimed {
+		t.Fatalf("claim after Migrate: %v %v", res.Claimed, err)
+	}
+}

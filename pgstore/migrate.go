@@ -50,7 +50,6 @@ func loadMigrations(c config) ([]migration, error) {
 		"PayloadDefault": n.payloadDef,
 		"PayloadIdx":     n.payloadIdx,
 		"ClaimFn":        n.claimFn,
-		"ClaimSlowFn":    n.claimSlow,
 		"ClaimFull":      claimFullSQL(c),
 	}
 	var out []migration

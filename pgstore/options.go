@@ -205,8 +205,7 @@ type names struct {
 	migrations string // quoted schema.idem_schema_migrations
 	expiresIdx string // quoted bare index name
 	payloadIdx string
-	claimFn    string // quoted schema.table_claim (migration 0002, unused since 0003)
-	claimSlow  string // quoted schema.table_claim_slow (migration 0003)
+	claimFn    string // quoted schema.table_claim (migration 0002)
 }
 
 func (c config) names() names {
@@ -221,7 +220,6 @@ func (c config) names() names {
 		expiresIdx: q(c.table + "_expires_idx"),
 		payloadIdx: q(c.table + "_payload_expires_idx"),
 		claimFn:    q(c.schema, c.table+"_claim"),
-		claimSlow:  q(c.schema, c.table+"_claim_slow"),
 	}
 }
 

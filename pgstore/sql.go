@@ -20,13 +20,12 @@ type statements struct {
 	now       string
 }
 
-// The claim is one statement with a fast path: a bare INSERT ... ON
-// CONFLICT DO NOTHING, all a new key needs; only when the key exists (the
-// insert found it, after waiting for any uncommitted insert of the same key)
-// does it call the function of migration 0003, whose body is the
-// claim-or-read statement below (claimFull), run with its own snapshot. The
-// fast path's token is then discarded: tokens stay unique and increasing
-// per key, not dense.
+// The store calls the claim function of migration 0002 (one statement):
+// it tries a bare INSERT ... ON CONFLICT DO NOTHING, and only when the key
+// exists runs the claim-or-read statement below (claimFull), unchanged.
+// (Sending the fast path as plain SQL in the statement, with the slow path
+// in a gated UNION ALL branch, was measured slower for first executions
+// and replays alike: BENCHMARKS.md §3.0.)
 //
 // The claim-or-read statement, in both modes, is one statement with three
 // parts (CTEs):
@@ -120,8 +119,8 @@ func claimSet(partitioned bool) string {
 }
 
 // claimFullSQL is the full claim-or-read statement (see above) as the body
-// of the claim's slow-path function (migrations 0002 and 0003): the clock is
-// the function's 8th parameter.
+// of the claim function's slow path (migration 0002): the clock is the
+// function's 8th parameter.
 func claimFullSQL(c config) string {
 	return strings.ReplaceAll(claimFull(c), "{{NOW}}", "$8")
 }
@@ -180,23 +179,9 @@ func buildStatements(c config) statements {
 		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
 	}
 	var s statements
-	// The claim (see the comment above claimFull): the fast path as plain
-	// SQL, the slow path (claimFull) as the function of migration 0003,
-	// called only when the insert found the key. One statement.
-	s.claim = `WITH f AS (
-  INSERT INTO ` + n.table + ` AS r (` + recordCols + `)
-  VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + n.seq + `'::regclass),
-          {{NOW}} + $6::bigint * interval '1 microsecond', {{NOW}},
-          {{NOW}} + $7::bigint * interval '1 microsecond')
-  ON CONFLICT (scope, key) DO NOTHING
-  RETURNING r.scope, r.key, r.method, r.route, r.fingerprint, r.status, r.token,
-            r.locked_until, r.created_at, r.expires_at,
-            NULL::integer, NULL::jsonb, NULL::bytea, false, false, true, {{NOW}}
-)
-SELECT * FROM f
-UNION ALL
-SELECT * FROM ` + n.claimSlow + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})
-WHERE NOT EXISTS (SELECT 1 FROM f)`
+	// The claim function (migration 0002): a plain INSERT ... ON CONFLICT
+	// DO NOTHING first, claimFull only when the key exists.
+	s.claim = `SELECT * FROM ` + n.claimFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})`
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
@@ -233,7 +218,7 @@ SELECT waiters FROM c`
 	// $4: extension (µs).
 	s.heartbeat = `UPDATE ` + n.table + ` SET locked_until = {{NOW}} + $4::bigint * interval '1 microsecond' WHERE ` + fenceWhere
 	s.fail = `UPDATE ` + n.table + ` SET status = 'failed' WHERE ` + fenceWhere + ` RETURNING waiters`
-	// A waiter marks an in-flight record (migration 0004, watch.go).
+	// A waiter marks an in-flight record (migration 0003, watch.go).
 	s.mark = `UPDATE ` + n.table + ` SET waiters = true WHERE scope = $1 AND key = $2 AND status = 'processing'`
 
 	// Sweep: bounded batch, oldest first, skipping rows another session

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,11 @@ type Store struct {
 	names  names
 	sql    statements
 	watch  *watchHub
+
+	// schemaVersion is the highest migration this binary ships for the
+	// store's mode; schemaOK is set once the database has it (checkSchema).
+	schemaVersion int
+	schemaOK      atomic.Bool
 }
 
 var _ core.Store = (*Store)(nil)
@@ -50,6 +56,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		s.txPool = cfg.txPool
 	}
 	s.watch = newWatchHub(s)
+	migs, err := loadMigrations(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: new: %w", err)
+	}
+	for _, m := range migs {
+		s.schemaVersion = max(s.schemaVersion, m.version)
+	}
 	return s, nil
 }
 
@@ -77,6 +90,30 @@ func wrap(ctx context.Context, op string, err error) error {
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
+// checkSchema makes sure, once per Store, that the database has every
+// migration this binary ships, before the first claim: a binary newer than
+// its schema would otherwise run handlers whose Complete then fails (a
+// missing column), leaving the record in flight until its lease lapses.
+// One statement, on the first claim only (and again after a failure).
+func (s *Store) checkSchema(ctx context.Context) error {
+	var v *int32
+	err := s.pool.QueryRow(ctx, `SELECT max(version) FROM `+s.names.migrations+` WHERE table_name = $1 AND mode = $2`,
+		s.cfg.table, s.cfg.mode()).Scan(&v)
+	if err != nil {
+		return wrap(ctx, "claim: check schema version", err)
+	}
+	if v == nil || int(*v) < s.schemaVersion {
+		have := 0
+		if v != nil {
+			have = int(*v)
+		}
+		return fmt.Errorf("pgstore: claim: schema not migrated for this version: table %s is at version %d, this binary needs %d (run pgstore.Migrate at start-up with the same options)",
+			s.names.table, have, s.schemaVersion)
+	}
+	s.schemaOK.Store(true)
+	return nil
+}
+
 // Claim implements core.Store: claim-or-read in one statement (see sql.go).
 //
 // In partitioned mode, one case costs a second statement: when the record
@@ -97,6 +134,11 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	}
 	if req.Lease < time.Microsecond || req.Retention < time.Microsecond {
 		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v and retention %v must be at least 1µs (database precision)", req.Lease, req.Retention)
+	}
+	if !s.schemaOK.Load() {
+		if err := s.checkSchema(ctx); err != nil {
+			return core.ClaimResult{}, err
+		}
 	}
 	var (
 		res        core.ClaimResult
