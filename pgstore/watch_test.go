@@ -44,6 +44,19 @@ func watchReq(key string) core.Request {
 	}
 }
 
+// ownerAndWaiter claims key on owner, starts a duplicate on waiting and
+// returns once that duplicate waits (it has marked the record).
+func ownerAndWaiter(t *testing.T, owner, waiting *core.Engine, s *Store, key string) (*core.Decision, <-chan *core.Decision) {
+	t.Helper()
+	d, err := owner.Decide(t.Context(), watchReq(key))
+	if err != nil || d.Outcome != core.Proceed {
+		t.Fatalf("owner: %v %v", d.Outcome, err)
+	}
+	got := decideAsync(t, waiting, key)
+	waitMarked(t, s, key)
+	return d, got
+}
+
 // decideAsync runs the waiter's Decide in a goroutine.
 func decideAsync(t *testing.T, e *core.Engine, key string) <-chan *core.Decision {
 	out := make(chan *core.Decision, 1)
@@ -105,12 +118,7 @@ func TestWatchWakesWaiterOnComplete(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			owner, waiting, a, _ := waitingPair(t, m.opts...)
-			d, err := owner.Decide(t.Context(), watchReq("k1"))
-			if err != nil || d.Outcome != core.Proceed {
-				t.Fatalf("owner: %v %v", d.Outcome, err)
-			}
-			got := decideAsync(t, waiting, "k1")
-			waitMarked(t, a, "k1")
+			d, got := ownerAndWaiter(t, owner, waiting, a, "k1")
 			began := time.Now()
 			if err := owner.Commit(d.Context(t.Context()), d, core.Response{Status: 201, Body: []byte(`{"id":"p1"}`)}); err != nil {
 				t.Fatal(err)
@@ -128,12 +136,7 @@ func TestWatchWakesWaiterOnComplete(t *testing.T) {
 // woken and takes the key over at once.
 func TestWatchWakesWaiterOnFail(t *testing.T) {
 	owner, waiting, a, _ := waitingPair(t)
-	d, err := owner.Decide(t.Context(), watchReq("k2"))
-	if err != nil || d.Outcome != core.Proceed {
-		t.Fatalf("owner: %v %v", d.Outcome, err)
-	}
-	got := decideAsync(t, waiting, "k2")
-	waitMarked(t, a, "k2")
+	d, got := ownerAndWaiter(t, owner, waiting, a, "k2")
 	began := time.Now()
 	if err := owner.Abort(t.Context(), d, context.Canceled); err != nil {
 		t.Fatal(err)
@@ -152,12 +155,7 @@ func TestWatchWakesWaiterOnFail(t *testing.T) {
 func TestWatchWakesWaiterInTx(t *testing.T) {
 	owner, waiting, a, _ := waitingPair(t)
 	table := ledger(t, a)
-	d, err := owner.Decide(t.Context(), watchReq("k3"))
-	if err != nil || d.Outcome != core.Proceed {
-		t.Fatalf("owner: %v %v", d.Outcome, err)
-	}
-	got := decideAsync(t, waiting, "k3")
-	waitMarked(t, a, "k3")
+	d, got := ownerAndWaiter(t, owner, waiting, a, "k3")
 	hctx := d.Context(t.Context())
 	if err := handle(hctx, table, "k3"); err != nil {
 		t.Fatal(err)
@@ -180,12 +178,7 @@ func TestWatchWakesWaiterInTx(t *testing.T) {
 // again by the commit.
 func TestWatchListenerRestarts(t *testing.T) {
 	owner, waiting, a, b := waitingPair(t)
-	d, err := owner.Decide(t.Context(), watchReq("k4"))
-	if err != nil || d.Outcome != core.Proceed {
-		t.Fatalf("owner: %v %v", d.Outcome, err)
-	}
-	got := decideAsync(t, waiting, "k4")
-	waitMarked(t, a, "k4")
+	d, got := ownerAndWaiter(t, owner, waiting, a, "k4")
 	first := listenerPID(t, b)
 	var ok bool
 	if err := a.pool.QueryRow(t.Context(), `SELECT pg_terminate_backend($1)`, first).Scan(&ok); err != nil || !ok {
