@@ -1,13 +1,11 @@
 package echoidem_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idem/echoidem"
@@ -21,12 +19,7 @@ import (
 // by the handler (rendered 500, retryable) rolls it back.
 func TestPostgresTransactionalMode(t *testing.T) {
 	store, schema := pgstoretest.Store(t)
-	pool := store.Pool()
-	ctx := context.Background()
-	table := pgx.Identifier{schema, "ledger"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (note text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
+	table, count := pgstoretest.Ledger(t, store, schema)
 	s := newServer(t, store)
 	var runs atomic.Int32
 	s.e.POST("/v1/payments", func(c echo.Context) error {
@@ -45,13 +38,6 @@ func TestPostgresTransactionalMode(t *testing.T) {
 	}, echoidem.Middleware(s.eng))
 	s.start()
 
-	count := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	if r := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"); r.status != 500 {
 		t.Fatalf("first: %v", r)
 	}

@@ -1,13 +1,11 @@
 package fiberidem_test
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/fiberidem"
 	"github.com/idemkit/idem/pgstore"
@@ -21,12 +19,7 @@ import (
 // it back.
 func TestPostgresTransactionalMode(t *testing.T) {
 	store, schema := pgstoretest.Store(t)
-	pool := store.Pool()
-	ctx := context.Background()
-	ident := pgx.Identifier{schema, "ledger"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+ident+" (note text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
+	ident, count := pgstoretest.Ledger(t, store, schema)
 
 	var runs atomic.Int32
 	app := newApp()
@@ -46,13 +39,6 @@ func TestPostgresTransactionalMode(t *testing.T) {
 	})
 	url := serve(t, app) + "/v1/payments"
 	cl := client(t, 0)
-	count := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+ident).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	send := func() result {
 		return mustDo(t, cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "k", "X-Note", "a")
 	}

@@ -1,14 +1,12 @@
 package ginidem_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
 
 	"github.com/gin-gonic/gin"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/pgstore"
@@ -21,12 +19,7 @@ import (
 // key retryable; a stored 201 commits the write together with the response.
 func TestPostgresTransactionalMode(t *testing.T) {
 	store, schema := pgstoretest.Store(t)
-	pool := store.Pool()
-	ctx := context.Background()
-	table := pgx.Identifier{schema, "ledger"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (note text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
+	table, count := pgstoretest.Ledger(t, store, schema)
 	var runs atomic.Int32
 	r := gin.New()
 	r.Use(func(c *gin.Context) { // error rendering outside idem
@@ -55,14 +48,6 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			c.JSON(http.StatusCreated, gin.H{"run": n})
 		}
 	})
-	count := func() int {
-		t.Helper()
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	call := func() *response {
 		return serve(r, req{path: "/v1/payments", key: "tx", body: payBody, header: map[string]string{"X-Note": "a"}})
 	}

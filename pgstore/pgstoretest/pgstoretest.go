@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
@@ -32,4 +34,23 @@ func Store(t testing.TB, opts ...pgstore.Option) (*pgstore.Store, string) {
 	}
 	t.Cleanup(store.Close) // its listener, if a test waited (registered after the pool's Close: runs first)
 	return store, schema
+}
+
+// Ledger creates a one-column business table, ledger (note text), in the
+// store's schema — what a transactional-mode handler writes with
+// pgstore.Tx — and returns its quoted name and a function counting its rows.
+func Ledger(t testing.TB, store *pgstore.Store, schema string) (table string, count func() int) {
+	t.Helper()
+	table = pgx.Identifier{schema, "ledger"}.Sanitize()
+	if _, err := store.Pool().Exec(context.Background(), "CREATE TABLE "+table+" (note text NOT NULL)"); err != nil {
+		t.Fatalf("create ledger: %v", err)
+	}
+	return table, func() int {
+		t.Helper()
+		var n int
+		if err := store.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatalf("count ledger: %v", err)
+		}
+		return n
+	}
 }
