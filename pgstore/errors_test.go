@@ -265,3 +265,21 @@ func TestSchemaBehindBinary(t *testing.T) {
 		t.Fatalf("claim after Migrate: %v %v", res.Claimed, err)
 	}
 }
+
+// TestUnstorableScope: PostgreSQL text cannot hold NUL or invalid UTF-8. A
+// scope carrying either is refused with an error that says so (the engine
+// answers 503, handler not run); it is never altered, since two distinct
+// scopes must never become one.
+func TestUnstorableScope(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, pgtest.Pool(t))
+	for _, scope := range []string{"user-\xff", "user-\x00"} {
+		req := claimReq("k", time.Minute)
+		req.Scope = scope
+		_, err := s.Claim(t.Context(), req)
+		requirePrefixed(t, err, "claim")
+		if err == nil || !strings.Contains(err.Error(), "not storable as PostgreSQL text") {
+			t.Errorf("scope %q: %v", scope, err)
+		}
+	}
+}

@@ -85,6 +85,12 @@ func wrap(ctx context.Context, op string, err error) error {
 		// older than this binary. Say what to do, not just what failed.
 		return fmt.Errorf("pgstore: %s: schema not migrated for this version (run pgstore.Migrate at start-up with the same options): %w", op, err)
 	}
+	if errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05") {
+		// character_not_in_repertoire / untranslatable_character: text
+		// columns cannot hold NUL or invalid UTF-8. Headers are sanitised
+		// (headerjson.go); a scope is not (two scopes must never merge).
+		return fmt.Errorf("pgstore: %s: a value is not storable as PostgreSQL text (NUL or invalid UTF-8 in the scope, key, method or route): %w", op, err)
+	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
 }
 
@@ -245,11 +251,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	}
 	var header []byte
 	if len(resp.Header) > 0 {
-		var err error
-		if header, err = json.Marshal(resp.Header); err != nil {
-			s.abandonTx(ctx, f)
-			return fmt.Errorf("pgstore: complete: encode headers: %w", err)
-		}
+		header = appendHeaderJSON(nil, resp.Header)
 	}
 	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 

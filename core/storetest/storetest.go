@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,6 +84,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) core.Store) {
 		}},
 		{"Response", []testCase{
 			{"StatusAndHeaders", testResponseHeaders},
+			{"HeaderBytes", testResponseHeaderBytes},
 			{"NilBody", func(t *testing.T, s core.Store) { testResponseBody(t, s, nil) }},
 			{"EmptyBody", func(t *testing.T, s core.Store) { testResponseBody(t, s, []byte{}) }},
 			{"BinaryBody", func(t *testing.T, s core.Store) { testResponseBody(t, s, binaryBody()) }},
@@ -713,6 +715,46 @@ func testResponseHeaders(t *testing.T, s core.Store) {
 
 	noHeader := core.StoredResponse{Status: http.StatusNoContent}
 	roundTrip(t, s, noHeader, noHeader)
+}
+
+// testResponseHeaderBytes: a handler may set header values that no field
+// value can carry (NUL, invalid UTF-8, other control bytes). By the time
+// Complete runs the execution has happened, so Complete must not fail on
+// them, and the record must replay. A store that cannot hold NUL or invalid
+// UTF-8 (PostgreSQL's text and jsonb) may keep U+FFFD in their place; every
+// other byte comes back as it was.
+func testResponseHeaderBytes(t *testing.T, s core.Store) {
+	values := []string{"a\x00b", "\x00", "\xff\xfe", "ok\xc3", "tab\there", "ctl\x01\x1f\x7f", `quote"back\slash`, "支払い ✓"}
+	resp := core.StoredResponse{Status: http.StatusCreated, Header: http.Header{"X-Odd": values}, Body: []byte(`{}`)}
+	req := newReq()
+	res := claimNew(t, s, req)
+	require.NoError(t, s.Complete(t.Context(), fence(res.Record), resp), "Complete must not fail on header bytes a field value cannot carry")
+	for how, r := range map[string]*core.StoredResponse{"via Get": get(t, s, req.Scope, req.Key).Response, "via Claim": claim(t, s, req).Record.Response} {
+		require.NotNil(t, r, how)
+		got := r.Header["X-Odd"]
+		require.Len(t, got, len(values), how)
+		for i, v := range values {
+			if got[i] != v && got[i] != withReplacementChar(v) {
+				t.Errorf("%s: value %q came back as %q", how, v, got[i])
+			}
+		}
+	}
+}
+
+// withReplacementChar is v with every NUL and every invalid UTF-8 byte
+// replaced by U+FFFD.
+func withReplacementChar(v string) string {
+	var b []byte
+	for i := 0; i < len(v); {
+		r, size := utf8.DecodeRuneInString(v[i:])
+		if r == 0 || (r == utf8.RuneError && size == 1) {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, v[i:i+size]...)
+		}
+		i += size
+	}
+	return string(b)
 }
 
 // testResponseBody checks body round trips; nil and empty both read back
