@@ -203,9 +203,14 @@ func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (core.Record, error
 			NotRetained: notRetained,
 		}
 		if len(respHeader) > 0 {
-			if err := json.Unmarshal(respHeader, &resp.Header); err != nil {
+			h, err := parseHeaderJSON(respHeader)
+			if err != nil { // not PostgreSQL's usual print: let encoding/json judge
+				err = json.Unmarshal(respHeader, &h)
+			}
+			if err != nil {
 				return core.Record{}, fmt.Errorf("decode stored headers: %w", err)
 			}
+			resp.Header = h
 		}
 		r.Response = resp
 	}
