@@ -43,6 +43,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./core
 	$(GO) test -run '^$$' -fuzz '^FuzzBadInputKeyHeader$$' -fuzztime $(FUZZTIME) ./core
 	$(GO) test -run '^$$' -fuzz '^FuzzBadInputCanonicalJSON$$' -fuzztime $(FUZZTIME) ./core
+	$(GO) test -run '^$$' -fuzz '^FuzzHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
 
 ## chaos: full-size chaos test (10k requests; two payments instances on one PostgreSQL schema,
 ## SIGKILLs, pg_terminate_backend, 30% duplicates). `make test` runs a 3000-request version.
