@@ -47,7 +47,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
 
 ## chaos: full-size chaos test (10k requests; two payments instances on one PostgreSQL schema,
-## SIGKILLs, pg_terminate_backend, 30% duplicates). `make test` runs a 3000-request version.
+## one waiting for in-flight duplicates (-wait 1s, LISTEN/NOTIFY), SIGKILLs, pg_terminate_backend,
+## 30% duplicates). `make test` runs a 3000-request version.
 chaos:
 	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' -v ./internal/chaos
 

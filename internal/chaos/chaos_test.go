@@ -36,6 +36,7 @@ import (
 
 const (
 	lease          = 2 * time.Second
+	waitInFlight   = time.Second      // instance 0's -wait (instance 1: 0s, 409 at once)
 	attemptTimeout = 10 * time.Second // one HTTP attempt
 	keyDeadline    = 90 * time.Second // one logical request, all its retries
 	startTimeout   = 60 * time.Second
@@ -553,10 +554,17 @@ func TestChaos(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Instance 0 waits for in-flight duplicates (pgstore's LISTEN/NOTIFY
+		// watcher, its listener among the backends terminated at random);
+		// instance 1 answers them 409.
+		wait := "0s"
+		if i == 0 {
+			wait = waitInFlight.String()
+		}
 		in := &instance{
-			name: fmt.Sprintf("instance-%d(%s)", i, cfg.frameworks[i]), bin: bin, log: f,
+			name: fmt.Sprintf("instance-%d(%s, wait %s)", i, cfg.frameworks[i], wait), bin: bin, log: f,
 			args: []string{"-framework", cfg.frameworks[i], "-dsn", dsn, "-provider-url", provSrv.URL,
-				"-lease", lease.String(), "-wait", "0s"},
+				"-lease", lease.String(), "-wait", wait},
 		}
 		insts[i] = in
 		t.Cleanup(func() {
