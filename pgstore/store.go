@@ -261,7 +261,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 
 	if tx := s.takeTx(ctx, f); tx != nil {
-		return s.completeInTx(ctx, tx, args)
+		return s.completeInTx(ctx, tx, f, args)
 	}
 	matched, waiters, err := fenced(ctx, s.pool, s.sql.complete, args...)
 	if err != nil {

@@ -178,11 +178,11 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // because the handler's writes were in the transaction: they were rolled
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, f core.Fence, args []any) error {
 	matched, waiters, err := fenced(ctx, tx, s.sql.complete, args...)
 	if err != nil {
 		rollback(ctx, tx)
-		s.releaseAfterTxFailure(ctx, args)
+		s.releaseAfterTxFailure(ctx, f)
 		return wrap(ctx, "complete (in transaction)", err)
 	}
 	if !matched {
@@ -190,19 +190,19 @@ func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, args []any) error {
 		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		s.releaseAfterTxFailure(ctx, args)
+		s.releaseAfterTxFailure(ctx, f)
 		return wrap(ctx, "complete: commit", err)
 	}
 	if waiters { // after the commit: waiters must find the record completed
-		s.notifyArgs(ctx, args)
+		s.notify(ctx, f.Scope, f.Key)
 	}
 	return nil
 }
 
-func (s *Store) releaseAfterTxFailure(ctx context.Context, args []any) {
+func (s *Store) releaseAfterTxFailure(ctx context.Context, f core.Fence) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	if matched, waiters, err := fenced(fctx, s.pool, s.sql.fail, args[0], args[1], args[2]); err == nil && matched && waiters {
-		s.notifyArgs(fctx, args)
+	if matched, waiters, err := fenced(fctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token); err == nil && matched && waiters {
+		s.notify(fctx, f.Scope, f.Key)
 	}
 }

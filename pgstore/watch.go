@@ -318,11 +318,3 @@ func (s *Store) notify(ctx context.Context, scope, key string) {
 	defer cancel()
 	_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", s.watch.channel, notifyPayload(scope, key))
 }
-
-// notifyArgs is notify for the argument list of a fenced statement
-// ($1 scope, $2 key).
-func (s *Store) notifyArgs(ctx context.Context, args []any) {
-	scope, _ := args[0].(string)
-	key, _ := args[1].(string)
-	s.notify(ctx, scope, key)
-}
