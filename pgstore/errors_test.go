@@ -232,7 +232,7 @@ func TestNotMigrated(t *testing.T) {
 }
 
 // TestSchemaBehindBinary: a schema migrated by an older release (here: the
-// last migration's row and column removed) is refused before the first
+// last migration's row and objects removed) is refused before the first
 // claim, so no handler runs whose Complete could not be stored; after
 // Migrate the same Store claims.
 func TestSchemaBehindBinary(t *testing.T) {
@@ -242,7 +242,7 @@ func TestSchemaBehindBinary(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `DELETE FROM `+s.names.migrations+` WHERE table_name = $1 AND version = $2`, s.cfg.table, s.schemaVersion); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+s.names.table+` DROP COLUMN waiters`); err != nil {
+	if _, err := pool.Exec(t.Context(), `DROP FUNCTION `+s.names.claimRowFn+`; DROP TYPE `+s.names.claimRow); err != nil {
 		t.Fatal(err)
 	}
 	fresh, err := New(pool, WithSchema(s.cfg.schema))

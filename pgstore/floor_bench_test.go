@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/pgstore/pgtest"
@@ -111,12 +114,25 @@ func (k *keySource) next() string {
 // pairFunc runs one first execution (claim and complete) on a fresh key.
 type pairFunc func(ctx context.Context, key string) error
 
-func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
-	cfg := pgtest.Config(b)
-	cfg.MaxConns = int32(workers)
-	cfg.MinConns = int32(workers)
-	pool := pgtest.NewPool(b, cfg)
-	s := newStore(b, pool, opts...)
+// floorVariant is one way of running a first execution: the store's, or
+// raw statements.
+type floorVariant struct {
+	name string
+	pair pairFunc
+}
+
+// floorVariants builds the store and the raw-statement variants on pool
+// (tables created in the store's schema). IDEM_FLOOR_DIAG=1 adds two
+// diagnostic variants that split the store's claim into its parts:
+//
+//   - fn: the store's claim statement (the call of its claim function)
+//     sent raw, only the token read from the composite: store vs fn is
+//     pgstore's Go code;
+//   - claim17: the function's fast path as a top-level statement (the
+//     INSERT ... ON CONFLICT DO NOTHING RETURNING the 17 columns), read
+//     the same way: fn vs claim17 is the PL/pgSQL call; claim17 vs claim
+//     is the width of the result.
+func floorVariants(b *testing.B, pool *pgxpool.Pool, s *Store) []floorVariant {
 	ctx := context.Background()
 
 	table := s.names.schema + `."floor_records"`
@@ -189,16 +205,59 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 			return expectOne(pool.Exec(ctx, upd, "tenant", key, tok, int32(201), header, resp.Body))
 		}
 	}
-	variants := []struct {
-		name string
-		pair pairFunc
-	}{
+	variants := []floorVariant{
 		{"store", storePair},
 		{"claim", recordOn(insClaim)},
 		{"raw", recordOn(insRaw)},
 		{"floor", floorOn(ins, upd)},
 		{"floor+idx", floorOn(insIdx, updIdx)},
 	}
+	if os.Getenv("IDEM_FLOOR_DIAG") == "" {
+		return variants
+	}
+	rawOn := func(ins string, fn bool) pairFunc {
+		return func(ctx context.Context, key string) error {
+			args := []any{"tenant", key, "POST", "/v1/payments", fingerprint, micros(lease), micros(retention)}
+			if fn {
+				args = append([]any{claimResultFormat}, args...)
+			}
+			rows, err := pool.Query(ctx, ins, args...)
+			if err != nil {
+				return err
+			}
+			var tok int64
+			for rows.Next() {
+				v := rows.RawValues()
+				if fn && len(v) == 1 {
+					// The composite: count, then (OID, length, bytes) per
+					// column; the token is the 7th, after five NULL texts and
+					// a NULL status on the fast path.
+					if b := v[0]; len(b) >= 4+6*8+8+8 {
+						tok = int64(binary.BigEndian.Uint64(b[4+6*8+8:]))
+					}
+				} else if len(v) > 6 && len(v[6]) == 8 {
+					tok = int64(binary.BigEndian.Uint64(v[6]))
+				}
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return expectOne(pool.Exec(ctx, s.sql.complete, "tenant", key, tok, int32(201), header, resp.Body, false))
+		}
+	}
+	claim17 := strings.Replace(insClaim, "RETURNING token", `RETURNING scope, key, method, route, fingerprint, status, token,
+  locked_until, created_at, expires_at, NULL::integer, NULL::jsonb, NULL::bytea, false, false, true, now()`, 1)
+	return append(variants, floorVariant{"fn", rawOn(s.sql.claim, true)}, floorVariant{"claim17", rawOn(claim17, false)})
+}
+
+func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
+	cfg := pgtest.Config(b)
+	cfg.MaxConns = int32(workers)
+	cfg.MinConns = int32(workers)
+	pool := pgtest.NewPool(b, cfg)
+	s := newStore(b, pool, opts...)
+	ctx := context.Background()
+	variants := floorVariants(b, pool, s)
 
 	// Warm every variant up (connections, prepared statements, first pages).
 	keys := newKeySource(random, "f"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
@@ -277,4 +336,71 @@ func runRound(ctx context.Context, workers, n int, keys *keySource, pair func(co
 		return err
 	}
 	return nil
+}
+
+// BenchmarkFloorCPU measures what BenchmarkFloor's variants cost in CPU
+// time, which the machine's other load disturbs far less than throughput:
+// the variants alternate in rounds as in BenchmarkFloor, and each reports
+//
+//   - server-ns/pair: the CPU time of every PostgreSQL process on this
+//     machine (backends, WAL writer, checkpointer; /proc/<pid>/schedstat),
+//     so run it with nothing else using the server, and
+//   - client-ns/pair: the test process's CPU time (all threads, GC
+//     included).
+//
+// At 16 workers on a machine whose cores the server and the clients share,
+// throughput follows the sum of the two. Linux, server on this machine.
+func BenchmarkFloorCPU(b *testing.B) {
+	for _, m := range modes {
+		for _, workers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/workers=%d", m.name, workers), func(b *testing.B) { benchFloorCPU(b, workers, m.opts) })
+		}
+	}
+}
+
+func benchFloorCPU(b *testing.B, workers int, opts []Option) {
+	cfg := pgtest.Config(b)
+	cfg.MaxConns, cfg.MinConns = int32(workers), int32(workers)
+	pool := pgtest.NewPool(b, cfg)
+	s := newStore(b, pool, opts...)
+	ctx := context.Background()
+	variants := floorVariants(b, pool, s)
+	if _, err := serverCPU(); err != nil {
+		b.Skipf("server CPU time not readable (server on another machine?): %v", err)
+	}
+	keys := newKeySource(true, "")
+	for _, v := range variants { // warm up: every connection, every statement
+		if err := runRound(ctx, workers, 8*workers, keys, v.pair); err != nil {
+			b.Fatalf("%s: %v", v.name, err)
+		}
+	}
+	round := max(8*workers, 200)
+	server := make([]time.Duration, len(variants))
+	client := make([]time.Duration, len(variants))
+	b.ResetTimer()
+	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
+		n := min(round, b.N-done)
+		for j := range variants {
+			i := (j + r) % len(variants)
+			s0, err := serverCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
+			c0 := processCPU()
+			if err := runRound(ctx, workers, n, keys, variants[i].pair); err != nil {
+				b.Fatalf("%s: %v", variants[i].name, err)
+			}
+			client[i] += processCPU() - c0
+			s1, err := serverCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
+			server[i] += s1 - s0
+		}
+	}
+	b.StopTimer()
+	for i, v := range variants {
+		b.ReportMetric(float64(server[i].Nanoseconds())/float64(b.N), v.name+"-server-ns/pair")
+		b.ReportMetric(float64(client[i].Nanoseconds())/float64(b.N), v.name+"-client-ns/pair")
+	}
 }

@@ -41,6 +41,10 @@ func loadMigrations(c config) ([]migration, error) {
 		return nil, err
 	}
 	n := c.names()
+	into, err := claimFullIntoSQL(c)
+	if err != nil {
+		return nil, err
+	}
 	data := map[string]string{
 		"Schema":         n.schema,
 		"Table":          n.table,
@@ -51,6 +55,9 @@ func loadMigrations(c config) ([]migration, error) {
 		"PayloadIdx":     n.payloadIdx,
 		"ClaimFn":        n.claimFn,
 		"ClaimFull":      claimFullSQL(c),
+		"ClaimRowFn":     n.claimRowFn,
+		"ClaimRowType":   n.claimRow,
+		"ClaimFullInto":  into,
 	}
 	var out []migration
 	for _, e := range entries {

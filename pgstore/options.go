@@ -205,7 +205,9 @@ type names struct {
 	migrations string // quoted schema.idem_schema_migrations
 	expiresIdx string // quoted bare index name
 	payloadIdx string
-	claimFn    string // quoted schema.table_claim (migration 0002)
+	claimFn    string // quoted schema.table_claim (migration 0002; older binaries)
+	claimRowFn string // quoted schema.table_claim_row (migration 0004)
+	claimRow   string // quoted schema.table_claim_row_t, its result type
 }
 
 func (c config) names() names {
@@ -220,6 +222,8 @@ func (c config) names() names {
 		expiresIdx: q(c.table + "_expires_idx"),
 		payloadIdx: q(c.table + "_payload_expires_idx"),
 		claimFn:    q(c.schema, c.table+"_claim"),
+		claimRowFn: q(c.schema, c.table+"_claim_row"),
+		claimRow:   q(c.schema, c.table+"_claim_row_t"),
 	}
 }
 

@@ -636,6 +636,8 @@ func TestOutageTerminateBackendMidRequest(t *testing.T) {
 // pool every 120ms while 20 clients push 40 keys (a third sent twice at
 // once), retrying until 201. Every answer is a 201 or a clear problem;
 // every key ends with exactly one ledger row; nothing stays processing.
+// The first key's handler is held until a backend has been terminated, so
+// the load cannot finish before the first termination however fast it is.
 func TestOutageTerminateBackendsUnderLoad(t *testing.T) {
 	const lease = 500 * time.Millisecond
 	env := newOutageEnv(t, true, lease)
@@ -654,6 +656,19 @@ func TestOutageTerminateBackendsUnderLoad(t *testing.T) {
 				return
 			case <-tick.C:
 				terminated.Add(int64(env.terminate(1)))
+			}
+		}
+	})
+
+	first := "load-0" + sfx
+	release, _ := env.gate(first)
+	killers.Go(func() {
+		defer close(release)
+		for terminated.Load() == 0 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	})

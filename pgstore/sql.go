@@ -20,12 +20,13 @@ type statements struct {
 	now       string
 }
 
-// The store calls the claim function of migration 0002 (one statement):
-// it tries a bare INSERT ... ON CONFLICT DO NOTHING, and only when the key
-// exists runs the claim-or-read statement below (claimFull), unchanged.
-// (Sending the fast path as plain SQL in the statement, with the slow path
-// in a gated UNION ALL branch, was measured slower for first executions
-// and replays alike: BENCHMARKS.md §3.0.)
+// The store calls the claim function of migration 0004 (one statement, one
+// composite value; 0002's set-returning version is kept for older
+// binaries): it tries a bare INSERT ... ON CONFLICT DO NOTHING, and only
+// when the key exists runs the claim-or-read statement below (claimFull),
+// unchanged. (Sending the fast path as plain SQL in the statement, with the
+// slow path in a gated UNION ALL branch, was measured slower for first
+// executions and replays alike: BENCHMARKS.md §3.0.)
 //
 // The claim-or-read statement, in both modes, is one statement with three
 // parts (CTEs):
@@ -125,6 +126,18 @@ func claimFullSQL(c config) string {
 	return strings.ReplaceAll(claimFull(c), "{{NOW}}", "$8")
 }
 
+// claimFullIntoSQL is claimFullSQL with its one row selected INTO the
+// composite variable o of the claim function of migration 0004.
+func claimFullIntoSQL(c config) (string, error) {
+	const from = "\nFROM x CROSS JOIN v"
+	q := claimFullSQL(c)
+	if strings.Count(q, from) != 1 {
+		// A change to claimFull above; caught by every test that migrates.
+		return "", fmt.Errorf("claim statement: no single %q to select INTO", from)
+	}
+	return strings.Replace(q, from, "\nINTO o"+from, 1), nil
+}
+
 // claimFull is the claim-or-read statement, {{NOW}} standing for the clock.
 func claimFull(c config) string {
 	n := c.names()
@@ -179,9 +192,10 @@ func buildStatements(c config) statements {
 		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
 	}
 	var s statements
-	// The claim function (migration 0002): a plain INSERT ... ON CONFLICT
-	// DO NOTHING first, claimFull only when the key exists.
-	s.claim = `SELECT * FROM ` + n.claimFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})`
+	// The claim function (migration 0004): a plain INSERT ... ON CONFLICT
+	// DO NOTHING first, claimFull only when the key exists; one composite
+	// value, decoded by decodeClaimRow.
+	s.claim = `SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})`
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}

@@ -146,19 +146,12 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			return core.ClaimResult{}, err
 		}
 	}
-	var (
-		res        core.ClaimResult
-		hasPayload bool
-	)
-	row := s.pool.QueryRow(ctx, s.sql.claim,
-		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
-		micros(req.Lease), micros(req.Retention))
-	rs, err := scanRecord(row, &hasPayload, &res.Claimed, &res.Now)
+	cr, err := s.claimRow(ctx, &req)
 	if err != nil {
 		return core.ClaimResult{}, wrap(ctx, op, err)
 	}
-	res.Record = rs
-	if res.Record.Status == core.StatusCompleted && !hasPayload {
+	res := core.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now}
+	if res.Record.Status == core.StatusCompleted && !cr.hasPayload {
 		// Partitioned mode only (plain mode reads the response from the
 		// row ON CONFLICT returned). See the method comment.
 		r, err := s.Get(ctx, req.Scope, req.Key)
@@ -175,6 +168,37 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	}
 	return res, nil
 }
+
+// claimRow runs the claim statement: one composite value, in binary.
+func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow, error) {
+	rows, err := s.pool.Query(ctx, s.sql.claim, claimResultFormat,
+		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+		micros(req.Lease), micros(req.Retention))
+	if err != nil {
+		return claimRow{}, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return claimRow{}, err
+		}
+		return claimRow{}, errors.New("claim statement returned no row")
+	}
+	v := rows.RawValues()
+	if len(v) != 1 {
+		return claimRow{}, fmt.Errorf("claim statement returned %d columns, want 1", len(v))
+	}
+	cr, err := decodeClaimRow(v[0], req)
+	if err != nil {
+		return claimRow{}, err
+	}
+	rows.Close()
+	return cr, rows.Err()
+}
+
+// claimResultFormat asks for the claim's composite in binary (pgx would ask
+// for text: it does not know the type).
+var claimResultFormat = pgx.QueryResultFormats{pgx.BinaryFormatCode}
 
 // scanRecord scans the common column list (recordCols plus the response
 // columns and a has-payload flag), followed by extra destinations.
