@@ -185,7 +185,10 @@ func (e *Engine) MaxResponseBytes() int { return e.cfg.maxResponse }
 // Commit or Abort, which must be called exactly once.
 type Decision struct {
 	Outcome Outcome
-	// Response is what to write for Replay and Reject.
+	// Response is what to write for Replay and Reject. Its header map is
+	// the decision's own; for a Replay, the header values and the body are
+	// shared with the store and must not be modified in place (an append
+	// to a value slice reallocates).
 	Response *Response
 	// Body is the request body as Decide read it; the adapter hands it to
 	// the handler. BodyRead tells whether Decide consumed Request.Body at all.
@@ -490,15 +493,14 @@ func (e *Engine) reject(ctx context.Context, kind, route, problem string, status
 	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
 }
 
-// replayResponse marks the stored response replayed. Its header map and
-// slices become the replay's: a Store hands every Claim its own copy of the
-// record (the storetest aliasing tests pin it), so the adapter may change
-// them without reaching the store. The body is the store's copy too and is
-// only read.
+// replayResponse marks the stored response replayed. The stored response
+// is the store's and read-only (see Store): the replay gets a header map of
+// its own, whose value slices are the store's, capped so that an append
+// reallocates; the body is shared and only read.
 func replayResponse(sr *StoredResponse) *Response {
-	h := sr.Header
-	if h == nil {
-		h = make(http.Header, 1)
+	h := make(http.Header, len(sr.Header)+1)
+	for k, v := range sr.Header {
+		h[k] = v[:len(v):len(v)]
 	}
 	h[ReplayedHeader] = []string{"true"} // h.Set: ReplayedHeader is canonical
 	return &Response{Status: sr.Status, Header: h, Body: sr.Body}

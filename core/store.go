@@ -104,6 +104,13 @@ type ClaimResult struct {
 // Every method takes the context first; a cancelled context returns an error
 // wrapping ctx.Err() and changes nothing.
 //
+// Records returned by Claim and Get are read-only for the caller: they may
+// share memory (the response's header map and slices, its body) with the
+// store and with other callers. A store never modifies a response once it
+// has handed it out; a later Complete, takeover or expiry replaces it.
+// Callers copy what they need to change (the engine builds each replay's
+// headers anew).
+//
 // Further rules the conformance suite pins: a fenced write (Heartbeat,
 // Complete, Fail) to a missing record returns ErrLeaseLost; a takeover
 // recomputes LockedUntil and ExpiresAt from the new request; retention counts

@@ -236,8 +236,9 @@ func dropImplicitContentType(c *fiber.Ctx, h http.Header) {
 const defaultContentType = "text/plain; charset=utf-8"
 
 // writeResponse writes resp with fiber's API: its headers (replacing any of
-// the same name), status and body. resp.Body is handed to fasthttp as is;
-// it is never written to afterwards.
+// the same name), status and body. The body is copied into fasthttp's own
+// (pooled) buffer: a replay's body is the store's, and later middleware
+// may edit c.Response().Body() in place.
 func writeResponse(c *fiber.Ctx, resp *core.Response) error {
 	if resp == nil {
 		resp = core.ProblemResponse(core.ProblemBaseURI, core.ProblemStoreUnavailable, http.StatusServiceUnavailable,
@@ -256,7 +257,8 @@ func writeResponse(c *fiber.Ctx, resp *core.Response) error {
 	if status == 0 {
 		status = fiber.StatusOK
 	}
-	return c.Status(status).Send(resp.Body)
+	c.Status(status).Response().SetBody(resp.Body)
+	return nil
 }
 
 var readerPool = sync.Pool{New: func() any { return new(bytes.Reader) }}

@@ -700,3 +700,37 @@ func TestUseMountedRoutes(t *testing.T) {
 		t.Fatalf("record route %q: %v", rec.Route, err)
 	}
 }
+
+// TestReplayBodyEditedInPlace: a replay's body is the store's (records are
+// shared, read-only); middleware that edits c.Response().Body() in place
+// (here: upper-casing it) must edit fasthttp's copy, not the stored bytes,
+// so that every replay starts from the response as first recorded.
+func TestReplayBodyEditedInPlace(t *testing.T) {
+	eng := newEngine(t, memstore.New())
+	app := newApp()
+	app.Use(func(c *fiber.Ctx) error {
+		err := c.Next()
+		b := c.Response().Body()
+		for i := range b {
+			if 'a' <= b[i] && b[i] <= 'z' {
+				b[i] -= 'a' - 'A'
+			}
+		}
+		return err
+	})
+	app.Post("/pay", fiberidem.New(eng), func(c *fiber.Ctx) error {
+		return c.Status(fiber.StatusCreated).SendString("paid")
+	})
+	base := serve(t, app)
+	cl := client(t, 1)
+	for i := range 3 {
+		r := mustDo(t, cl, "POST", base+"/pay", "{}", "Idempotency-Key", "edit-1")
+		if r.Status != fiber.StatusCreated || r.Body != "PAID" {
+			t.Fatalf("request %d: %d %q", i, r.Status, r.Body)
+		}
+	}
+	rec, err := eng.Store().Get(context.Background(), "", "edit-1")
+	if err != nil || rec.Response == nil || string(rec.Response.Body) != "paid" { // recorded before the edit
+		t.Fatalf("stored: %+v %v", rec.Response, err)
+	}
+}

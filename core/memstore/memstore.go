@@ -218,7 +218,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		r.Token = tok
 		r.LockedUntil = now.Add(req.Lease)
 		r.ExpiresAt = now.Add(req.Retention)
-		r.resp = storedResp{}
+		r.resp, r.full = storedResp{}, nil
 		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
 		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
@@ -275,7 +275,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
 	}
 	r.Status = core.StatusCompleted
-	r.resp = stored
+	r.resp, r.full = stored, nil
 	s.noteExpiryLocked(r) // no longer held by its lease
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
@@ -293,7 +293,7 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 		return fmt.Errorf("memstore: fail: %w", core.ErrLeaseLost)
 	}
 	r.Status = core.StatusFailed
-	r.resp = storedResp{}
+	r.resp, r.full = storedResp{}, nil
 	s.noteExpiryLocked(r)
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
@@ -410,6 +410,12 @@ func (s *Store) Len() int {
 type entry struct {
 	core.Record
 	resp storedResp
+	// full is resp expanded, built by the first read that needs it and
+	// then handed to every reader (records are read-only for callers, see
+	// core.Store); nil until then, and again whenever resp changes. The
+	// compact form is what a record costs the garbage collector until it
+	// is replayed.
+	full *core.StoredResponse
 }
 
 // storedResp is a completed record's response, the store's own copy. Its
@@ -433,10 +439,15 @@ type headerField struct {
 
 // copyRecord returns r with its response deep-copied, so callers can never
 // reach the store's bytes or header values.
+// copyRecord returns r as handed to callers: the record by value and the
+// shared, expanded response. s.mu must be held.
 func copyRecord(r *entry) core.Record {
 	out := r.Record
 	if r.resp.ok {
-		out.Response = r.resp.expand()
+		if r.full == nil {
+			r.full = r.resp.expand()
+		}
+		out.Response = r.full
 	}
 	return out
 }
@@ -468,29 +479,17 @@ func compact(resp *core.StoredResponse) storedResp {
 	return out
 }
 
-// expand returns a deep copy of r as a core.StoredResponse: what
-// http.Header.Clone and a body copy made of the response as completed.
+// expand returns r as a core.StoredResponse, as completed (what
+// http.Header.Clone made of the header). It shares r's body and values:
+// neither is ever modified.
 func (r *storedResp) expand() *core.StoredResponse {
-	out := &core.StoredResponse{Status: r.status, NotRetained: r.notRetained}
-	if len(r.body) > 0 {
-		out.Body = append([]byte(nil), r.body...)
-	}
+	out := &core.StoredResponse{Status: r.status, NotRetained: r.notRetained, Body: r.body}
 	if r.header == nil {
 		return out
 	}
-	nv := 0
-	for _, f := range r.header {
-		nv += len(f.vals)
-	}
-	sv := make([]string, nv)
 	out.Header = make(http.Header, len(r.header))
 	for _, f := range r.header {
-		if f.vals == nil {
-			out.Header[f.name] = nil
-			continue
-		}
-		n := copy(sv, f.vals)
-		out.Header[f.name], sv = sv[:n:n], sv[n:]
+		out.Header[f.name] = f.vals // nil stays nil; others are capped
 	}
 	return out
 }

@@ -93,8 +93,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) core.Store) {
 		}},
 		{"NoAliasing", []testCase{
 			{"Complete", testAliasComplete},
-			{"Get", testAliasGet},
-			{"Claim", testAliasClaim},
+			{"HandedOutStaysPut", testHandedOutStaysPut},
 		}},
 		{"Get", []testCase{
 			{"Missing", testGetMissing},
@@ -815,26 +814,35 @@ func testAliasComplete(t *testing.T, s core.Store) {
 	requireSameResponse(t, &want, get(t, s, req.Scope, req.Key).Response, "after mutating the completed response")
 }
 
-func testAliasGet(t *testing.T, s core.Store) {
+// testHandedOutStaysPut: records returned by Get and Claim are read-only
+// and may share memory with the store (core.Store), so the store must never
+// modify a response it handed out: when the key expires and is completed
+// anew with another response, what earlier callers hold is unchanged.
+func testHandedOutStaysPut(t *testing.T, s core.Store) {
 	req := newReq()
+	req.Lease, req.Retention = longLease, shortRetention
 	res := claimNew(t, s, req)
 	require.NoError(t, s.Complete(t.Context(), fence(res.Record), sampleResponse()))
-	rec := get(t, s, req.Scope, req.Key)
-	mutate(rec.Response)
-	want := sampleResponse()
-	requireSameResponse(t, &want, get(t, s, req.Scope, req.Key).Response, "after mutating a Get result")
-}
-
-func testAliasClaim(t *testing.T, s core.Store) {
-	req := newReq()
-	res := claimNew(t, s, req)
-	require.NoError(t, s.Complete(t.Context(), fence(res.Record), sampleResponse()))
+	got := get(t, s, req.Scope, req.Key)
 	replay := claim(t, s, req)
-	require.NotNil(t, replay.Record.Response)
-	mutate(replay.Record.Response)
+	require.False(t, replay.Claimed, "Claim of a completed key")
+	require.NotNil(t, replay.Record.Response, "replay's response")
+
+	time.Sleep(lapse) // the key is new again
+	req.Retention = longRetention
+	again := claimNew(t, s, req)
+	other := core.StoredResponse{
+		Status: http.StatusAccepted,
+		Header: http.Header{"Content-Type": {"text/plain"}, "Location": {"/v1/payments/pay_2"}, "Link": {"</c>"}},
+		Body:   []byte(`other response, other length`),
+	}
+	require.NoError(t, s.Complete(t.Context(), fence(again.Record), other))
+	requireSameResponse(t, &other, claim(t, s, req).Record.Response, "replay of the new response")
+	requireSameResponse(t, &other, get(t, s, req.Scope, req.Key).Response, "Get of the new response")
+
 	want := sampleResponse()
-	requireSameResponse(t, &want, get(t, s, req.Scope, req.Key).Response, "after mutating a Claim result")
-	requireSameResponse(t, &want, claim(t, s, req).Record.Response, "replay after mutating a Claim result")
+	requireSameResponse(t, &want, got.Response, "a Get result, after the key was completed anew")
+	requireSameResponse(t, &want, replay.Record.Response, "a Claim result, after the key was completed anew")
 }
 
 // -------------------------------------------------------------------- get
