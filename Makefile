@@ -29,7 +29,8 @@ bench-inproc:
 
 ## bench-pg: pgstore claim+complete vs the raw-statement floor; wait-mode wake-up latency
 bench-pg:
-	$(GO) test -run '^$$' -bench 'BenchmarkFloor|BenchmarkNotifyCost' -benchtime 1500x -count 3 -timeout 30m ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkFloor/|BenchmarkNotifyCost' -benchtime 1500x -count 3 -timeout 30m ./pgstore
+	IDEM_FLOOR_DIAG=1 $(GO) test -run '^$$' -bench 'BenchmarkFloorCPU' -benchtime 4000x -count 3 ./pgstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./core ./pgstore
 
 ## bench-e2e: examples/payments on pgstore under the loopback load driver, vs ledger-insert-only
