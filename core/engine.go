@@ -83,6 +83,13 @@ type Request struct {
 	// Body is read by Decide (up to the request limit) for the fingerprint;
 	// the adapter gives the handler Decision.Body instead. May be nil.
 	Body io.Reader
+	// BodyBytes, when not nil, is the whole body already in memory (fasthttp
+	// holds it): Decide hashes it in place instead of reading Body, and keeps
+	// no reference to it once it returns, so it may alias the framework's
+	// buffer. The framework still gives the handler its body: Decision.Body
+	// is then nil and BodyRead false. Over the request limit it is refused
+	// (413) as a Body would be.
+	BodyBytes []byte
 	// Scope is the tenant, when the adapter knows it up front.
 	Scope string
 	// ScopeFunc, when set, is called instead (only for requests idem
@@ -305,7 +312,16 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 			"the request's tenant could not be determined"), nil
 	}
 
-	body, tooLarge, err := readBody(req.Body, e.cfg.maxRequest)
+	var (
+		body     []byte
+		tooLarge bool
+	)
+	read := req.BodyBytes == nil
+	if read {
+		body, tooLarge, err = readBody(req.Body, e.cfg.maxRequest)
+	} else {
+		body, tooLarge = req.BodyBytes, int64(len(req.BodyBytes)) > e.cfg.maxRequest
+	}
 	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
 		return e.reject(ctx, "rejected", req.Route, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
 			"the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes"), nil
@@ -327,7 +343,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		Lease:     e.cfg.lease,
 		Retention: e.cfg.retention,
 	}
-	d := &Decision{Key: key, Scope: scope, Body: body, BodyRead: true, eng: e, route: req.Route}
+	d := &Decision{Key: key, Scope: scope, BodyRead: read, eng: e, route: req.Route}
+	if read {
+		d.Body = body
+	}
 
 	var deadline time.Time
 	if e.cfg.wait > 0 {

@@ -278,6 +278,35 @@ func TestDecideBodyTooLarge(t *testing.T) {
 	require.NoError(t, eng.Abort(context.Background(), d, nil))
 }
 
+// TestDecideBodyBytes: a body the framework already holds (fasthttp) is
+// hashed in place, with the same fingerprint and limit as a streamed one,
+// and Decide keeps no reference to it.
+func TestDecideBodyBytes(t *testing.T) {
+	s := &countingStore{Store: memstore.New()}
+	eng := newEngine(t, s, core.WithMaxRequestBytes(10))
+	over := request("k", "")
+	over.Body, over.BodyBytes = nil, []byte("01234567890")
+	requireProblem(t, decide(t, eng, over), http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge)
+	assert.Zero(t, s.claims.Load(), "nothing is claimed for a refused body")
+
+	buf := []byte("0123456789")
+	req := request("k", "")
+	req.Body, req.BodyBytes = strings.NewReader("ignored"), buf
+	d := proceed(t, eng, req)
+	assert.Nil(t, d.Body, "the framework gives the handler its body")
+	assert.False(t, d.BodyRead, "Body was not read")
+	copy(buf, "XXXXXXXXXX") // the framework reuses its buffer
+	require.NoError(t, eng.Commit(context.Background(), d, created(`{}`)))
+
+	// The same request as a stream replays: the fingerprint was of the
+	// bytes, not of the reader, and not changed by the reuse.
+	again := decide(t, eng, request("k", "0123456789"))
+	assert.Equal(t, core.Replay, again.Outcome)
+	other := request("k", "")
+	other.Body, other.BodyBytes = nil, []byte("XXXXXXXXXX")
+	requireProblem(t, decide(t, eng, other), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+}
+
 type brokenBody struct{}
 
 func (brokenBody) Read([]byte) (int, error) { return 0, errors.New("connection reset") }

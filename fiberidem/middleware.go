@@ -106,17 +106,11 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		// Read on demand: only the headers the engine needs are copied.
 		HeaderReader: (*requestHeaders)(&c.Request().Header),
 	}
-	// Decide reads the body into its own buffer (core.Decision.Body) before
-	// it returns: nothing it keeps aliases fasthttp's request buffer, and
-	// the reader can be reused.
-	var br *bytes.Reader
-	if body := c.Body(); len(body) > 0 {
-		br, _ = readerPool.Get().(*bytes.Reader)
-		if br == nil {
-			br = new(bytes.Reader)
-		}
-		br.Reset(body)
-		req.Body = br
+	// Hashed in place: Decide keeps no reference to BodyBytes, and the
+	// handler reads the body from fiber as usual.
+	req.BodyBytes = c.Body()
+	if req.BodyBytes == nil {
+		req.BodyBytes = []byte{}
 	}
 	if m.cfg.scope != nil {
 		scope := m.cfg.scope
@@ -127,10 +121,6 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	}
 	parent := c.UserContext()
 	d, err := m.eng.Decide(parent, req)
-	if br != nil {
-		br.Reset(nil)
-		readerPool.Put(br)
-	}
 	if err != nil {
 		var fallback *core.Response
 		if d != nil {
@@ -260,8 +250,6 @@ func writeResponse(c *fiber.Ctx, resp *core.Response) error {
 	c.Status(status).Response().SetBody(resp.Body)
 	return nil
 }
-
-var readerPool = sync.Pool{New: func() any { return new(bytes.Reader) }}
 
 var headerPool = sync.Pool{New: func() any { return new(fasthttp.ResponseHeader) }}
 
