@@ -256,41 +256,25 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 	cfg.MinConns = int32(workers)
 	pool := pgtest.NewPool(b, cfg)
 	s := newStore(b, pool, opts...)
-	ctx := context.Background()
 	variants := floorVariants(b, pool, s)
-
-	// Warm every variant up (connections, prepared statements, first pages).
-	keys := newKeySource(random, "f"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
-	for _, v := range variants {
-		if err := runRound(ctx, workers, 4*workers, keys, v.pair); err != nil {
-			b.Fatalf("%s: %v", v.name, err)
-		}
-	}
 
 	round := max(8*workers, 100)
 	ratios := make([][]float64, len(variants))    // store over variant i, per round
 	total := make([]time.Duration, len(variants)) // per variant
 	took := make([]time.Duration, len(variants))
-	b.ResetTimer()
-	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
-		n := min(round, b.N-done)
-		// Rotate the order every round, so no variant always runs right
-		// after another (a checkpoint or autovacuum landing on one slot).
-		for j := range variants {
-			i := (j + r) % len(variants)
-			t0 := time.Now()
-			if err := runRound(ctx, workers, n, keys, variants[i].pair); err != nil {
-				b.Fatalf("%s: %v", variants[i].name, err)
-			}
-			took[i] = time.Since(t0)
-			total[i] += took[i]
-		}
+	keys := newKeySource(random, "f"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
+	alternate(b, workers, round, keys, variants, func(i int, run func()) {
+		t0 := time.Now()
+		run()
+		took[i] = time.Since(t0)
+		total[i] += took[i]
+	}, func() {
 		// Throughput ratios within a round (same n: the inverse of the
 		// time ratio).
 		for i := range variants[1:] {
 			ratios[i+1] = append(ratios[i+1], took[i+1].Seconds()/took[0].Seconds())
 		}
-	}
+	})
 	b.StopTimer()
 	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 	for i, v := range variants {
@@ -299,6 +283,35 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 		}
 		b.ReportMetric(float64(b.N)/total[i].Seconds(), v.name+"-pairs/s")
 	}
+}
+
+// alternate warms every variant up (connections, prepared statements,
+// first pages), then runs b.N pairs of each in rounds of round pairs,
+// rotating the order every round so that no variant always runs right
+// after another (a checkpoint or autovacuum landing on one slot). measure
+// wraps each variant's share of a round (run runs it); roundDone follows
+// each round. The benchmark timer covers the rounds only.
+func alternate(b *testing.B, workers, round int, keys *keySource, variants []floorVariant, measure func(i int, run func()), roundDone func()) {
+	ctx := context.Background()
+	for _, v := range variants {
+		if err := runRound(ctx, workers, 4*workers, keys, v.pair); err != nil {
+			b.Fatalf("%s: %v", v.name, err)
+		}
+	}
+	b.ResetTimer()
+	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
+		n := min(round, b.N-done)
+		for j := range variants {
+			i := (j + r) % len(variants)
+			measure(i, func() {
+				if err := runRound(ctx, workers, n, keys, variants[i].pair); err != nil {
+					b.Fatalf("%s: %v", variants[i].name, err)
+				}
+			})
+		}
+		roundDone()
+	}
+	b.StopTimer()
 }
 
 // expectOne checks that a fenced update matched exactly one row.
@@ -363,41 +376,26 @@ func benchFloorCPU(b *testing.B, workers int, opts []Option) {
 	cfg.MaxConns, cfg.MinConns = int32(workers), int32(workers)
 	pool := pgtest.NewPool(b, cfg)
 	s := newStore(b, pool, opts...)
-	ctx := context.Background()
 	variants := floorVariants(b, pool, s)
 	if _, err := serverCPU(); err != nil {
 		b.Skipf("server CPU time not readable (server on another machine?): %v", err)
 	}
-	keys := newKeySource(true, "")
-	for _, v := range variants { // warm up: every connection, every statement
-		if err := runRound(ctx, workers, 8*workers, keys, v.pair); err != nil {
-			b.Fatalf("%s: %v", v.name, err)
-		}
-	}
-	round := max(8*workers, 200)
 	server := make([]time.Duration, len(variants))
 	client := make([]time.Duration, len(variants))
-	b.ResetTimer()
-	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
-		n := min(round, b.N-done)
-		for j := range variants {
-			i := (j + r) % len(variants)
-			s0, err := serverCPU()
-			if err != nil {
-				b.Fatal(err)
-			}
-			c0 := processCPU()
-			if err := runRound(ctx, workers, n, keys, variants[i].pair); err != nil {
-				b.Fatalf("%s: %v", variants[i].name, err)
-			}
-			client[i] += processCPU() - c0
-			s1, err := serverCPU()
-			if err != nil {
-				b.Fatal(err)
-			}
-			server[i] += s1 - s0
+	alternate(b, workers, max(8*workers, 200), newKeySource(true, ""), variants, func(i int, run func()) {
+		s0, err := serverCPU()
+		if err != nil {
+			b.Fatal(err)
 		}
-	}
+		c0 := processCPU()
+		run()
+		client[i] += processCPU() - c0
+		s1, err := serverCPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		server[i] += s1 - s0
+	}, func() {})
 	b.StopTimer()
 	for i, v := range variants {
 		b.ReportMetric(float64(server[i].Nanoseconds())/float64(b.N), v.name+"-server-ns/pair")

@@ -34,11 +34,22 @@ type migration struct {
 	sql     string
 }
 
+// loadMigrations renders the migrations of c's mode: those in
+// migrations/<mode> and those both modes share, in migrations/both, in one
+// sequence of versions.
 func loadMigrations(c config) ([]migration, error) {
-	dir := path.Join("migrations", c.mode())
-	entries, err := fs.ReadDir(migrationFS, dir)
-	if err != nil {
-		return nil, err
+	type file struct{ dir, name string }
+	var files []file
+	for _, dir := range []string{path.Join("migrations", c.mode()), path.Join("migrations", "both")} {
+		entries, err := fs.ReadDir(migrationFS, dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				files = append(files, file{dir, e.Name()})
+			}
+		}
 	}
 	n := c.names()
 	into, err := claimFullIntoSQL(c)
@@ -60,9 +71,9 @@ func loadMigrations(c config) ([]migration, error) {
 		"ClaimFullInto":  into,
 	}
 	var out []migration
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
+	for _, f := range files {
+		name := f.name
+		if !strings.HasSuffix(name, ".sql") {
 			continue
 		}
 		prefix, _, ok := strings.Cut(name, "_")
@@ -70,7 +81,7 @@ func loadMigrations(c config) ([]migration, error) {
 		if !ok || err != nil || v <= 0 {
 			return nil, fmt.Errorf("migration file %s: name must start with a positive version and '_'", name)
 		}
-		src, err := migrationFS.ReadFile(path.Join(dir, name))
+		src, err := migrationFS.ReadFile(path.Join(f.dir, name))
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +181,7 @@ func migrateTx(ctx context.Context, tx pgx.Tx, cfg config, migs []migration) err
 		// No arguments: pgx sends the file over the simple protocol, so
 		// it may hold several statements.
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("apply %s/%s: %w", cfg.mode(), m.name, err)
+			return fmt.Errorf("apply %s (%s mode): %w", m.name, cfg.mode(), err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO `+n.migrations+` (table_name, version, mode, name) VALUES ($1, $2, $3, $4)`,
 			cfg.table, m.version, cfg.mode(), m.name); err != nil {
