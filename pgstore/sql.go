@@ -11,6 +11,7 @@ import (
 // in steady state every call is one round trip: Bind/Execute/Sync.
 type statements struct {
 	claim     string
+	claimText string
 	heartbeat string
 	complete  string
 	fail      string
@@ -196,13 +197,22 @@ func buildStatements(c config) statements {
 	// DO NOTHING first, claimFull only when the key exists; one composite
 	// value, decoded by decodeClaimRow.
 	s.claim = `SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})`
+	// The same call for pools that only get text results: the composite's
+	// fields as columns (OFFSET 0 keeps the function to one call), the
+	// fast path's NULLs filled in from the request.
+	s.claimText = `SELECT coalesce((c).scope, $1), coalesce((c).key, $2), coalesce((c).method, $3),
+       coalesce((c).route, $4), coalesce((c).fingerprint, $5), coalesce((c).status, 'processing'),
+       (c).token, (c).locked_until, (c).created_at, (c).expires_at,
+       (c).resp_status, (c).resp_header, (c).resp_body, (c).resp_not_retained, (c).has_payload,
+       (c).claimed, (c).now
+FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFSET 0) q`
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
 FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
 		s.complete = `UPDATE ` + n.table + `
 SET status = 'completed', completed_at = {{NOW}},
-    resp_status = $4, resp_header = $5, resp_body = $6, resp_not_retained = $7
+    resp_status = $4, resp_header = $5::jsonb, resp_body = $6, resp_not_retained = $7
 WHERE ` + fenceWhere + `
 RETURNING waiters`
 	} else {
@@ -225,7 +235,7 @@ WHERE c.scope = $1 AND c.key = $2`
   RETURNING scope, key, token, completed_at, expires_at, waiters
 ), p AS (
   INSERT INTO ` + n.payload + ` (scope, key, token, stored_at, expires_at, resp_status, resp_header, resp_body, resp_not_retained)
-  SELECT scope, key, token, completed_at, expires_at, $4, $5, $6, $7 FROM c
+  SELECT scope, key, token, completed_at, expires_at, $4, $5::jsonb, $6, $7 FROM c
 )
 SELECT waiters FROM c`
 	}
@@ -251,7 +261,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

@@ -30,6 +30,10 @@ type Store struct {
 	// store's mode; schemaOK is set once the database has it (checkSchema).
 	schemaVersion int
 	schemaOK      atomic.Bool
+
+	// binaryClaim: the pool's QueryExecMode can ask for the claim's
+	// composite in binary (claimrow.go); otherwise sql.claimText.
+	binaryClaim bool
 }
 
 var _ core.Store = (*Store)(nil)
@@ -51,6 +55,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		cfg:    cfg,
 		names:  cfg.names(),
 		sql:    buildStatements(cfg),
+	}
+	switch pool.Config().ConnConfig.DefaultQueryExecMode {
+	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		// No statement description, so pgx cannot ask for binary results
+		// (PgBouncer set-ups, see README): claimText.
+	default:
+		s.binaryClaim = true
 	}
 	if cfg.txPool != nil {
 		s.txPool = cfg.txPool
@@ -169,8 +180,19 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	return res, nil
 }
 
-// claimRow runs the claim statement: one composite value, in binary.
+// claimRow runs the claim statement: one composite value, in binary, or
+// on a pool whose QueryExecMode cannot ask for binary results, its columns
+// as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow, error) {
+	if !s.binaryClaim {
+		var cr claimRow
+		row := s.pool.QueryRow(ctx, s.sql.claimText,
+			req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+			micros(req.Lease), micros(req.Retention))
+		rec, err := scanRecord(row, &cr.hasPayload, &cr.claimed, &cr.now)
+		cr.rec = rec
+		return cr, err
+	}
 	rows, err := s.pool.Query(ctx, s.sql.claim, claimResultFormat,
 		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
 		micros(req.Lease), micros(req.Retention))
@@ -187,6 +209,9 @@ func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow,
 	v := rows.RawValues()
 	if len(v) != 1 {
 		return claimRow{}, fmt.Errorf("claim statement returned %d columns, want 1", len(v))
+	}
+	if fd := rows.FieldDescriptions(); len(fd) != 1 || fd[0].Format != pgx.BinaryFormatCode {
+		return claimRow{}, errors.New("claim statement's result came back as text, not binary (pool QueryExecMode changed after pgstore.New?)")
 	}
 	cr, err := decodeClaimRow(v[0], req)
 	if err != nil {
@@ -278,9 +303,13 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 		s.abandonTx(ctx, f)
 		return fmt.Errorf("pgstore: complete: invalid response status %d", resp.Status)
 	}
-	var header []byte
+	// The headers as JSON text, cast to jsonb in the statement: a string is
+	// sent as text in every pgx QueryExecMode (a []byte would go as bytea
+	// where pgx picks types from Go's: QueryExecModeExec, the simple
+	// protocol). nil is NULL.
+	var header any
 	if len(resp.Header) > 0 {
-		header = appendHeaderJSON(nil, resp.Header)
+		header = string(appendHeaderJSON(nil, resp.Header))
 	}
 	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 
