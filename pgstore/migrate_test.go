@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
@@ -95,5 +96,47 @@ func TestMigrateErrors(t *testing.T) {
 	cancel()
 	if err := Migrate(ctx, pool, WithSchema(pgtest.Schema(t, pool))); err == nil || !strings.HasPrefix(err.Error(), "pgstore: migrate") {
 		t.Errorf("Migrate with a cancelled context: %v", err)
+	}
+}
+
+// TestPreviousReleaseClaimDuringRollingDeploy: after Migrate to this
+// version, a binary of the previous release still calls migration 0002's
+// set-returning claim function. Both functions must keep working on the
+// same rows: a key claimed and completed through one is replayed through
+// the other, and neither claims it twice.
+func TestPreviousReleaseClaimDuringRollingDeploy(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			pool := pgtest.Pool(t)
+			s := newStore(t, pool, m.opts...)
+			ctx := t.Context()
+			previous := `SELECT o_claimed, o_token, o_status FROM ` + s.names.claimFn + `($1, $2, 'POST', '/v1/payments', 'f00d', 60000000, 3600000000, now())`
+
+			// Claimed by the previous release, completed, replayed by this one.
+			var claimed bool
+			var token int64
+			var status string
+			if err := pool.QueryRow(ctx, previous, "tenant", "old-first").Scan(&claimed, &token, &status); err != nil || !claimed {
+				t.Fatalf("previous release's claim: claimed=%v %v", claimed, err)
+			}
+			if err := s.Complete(ctx, core.Fence{Scope: "tenant", Key: "old-first", Token: token}, core.StoredResponse{Status: 201, Body: []byte("ok")}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Claim(ctx, claimReq("old-first", time.Minute))
+			if err != nil || res.Claimed || res.Record.Token != token || res.Record.Response == nil || string(res.Record.Response.Body) != "ok" {
+				t.Fatalf("this release's replay: %+v %v", res, err)
+			}
+
+			// Claimed by this release; the previous release sees it in flight.
+			res, err = s.Claim(ctx, claimReq("new-first", time.Minute))
+			if err != nil || !res.Claimed {
+				t.Fatalf("this release's claim: %+v %v", res, err)
+			}
+			if err := pool.QueryRow(ctx, previous, "tenant", "new-first").Scan(&claimed, &token, &status); err != nil || claimed ||
+				token != res.Record.Token || status != string(core.StatusProcessing) {
+				t.Fatalf("previous release's duplicate: claimed=%v token=%d status=%s %v", claimed, token, status, err)
+			}
+		})
 	}
 }
