@@ -110,7 +110,7 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	// handler reads the body from fiber as usual.
 	req.BodyBytes = c.Body()
 	if req.BodyBytes == nil {
-		req.BodyBytes = []byte{}
+		req.BodyBytes = []byte{} // nil would mean "read Body"
 	}
 	if m.cfg.scope != nil {
 		scope := m.cfg.scope

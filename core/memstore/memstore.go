@@ -420,8 +420,9 @@ type entry struct {
 
 // storedResp is a completed record's response, the store's own copy. Its
 // headers are a slice rather than an http.Header: a map costs a group of
-// eight slots (~330 B) per record kept, a slice a few dozen bytes. Claim
-// and Get expand it into a fresh core.StoredResponse for each caller.
+// eight slots (~330 B) per record kept, a slice a few dozen bytes. The
+// first Claim or Get that returns it expands it (entry.full), and every
+// later one shares that.
 type storedResp struct {
 	ok          bool // a response is stored
 	status      int
@@ -437,8 +438,6 @@ type headerField struct {
 	vals []string
 }
 
-// copyRecord returns r with its response deep-copied, so callers can never
-// reach the store's bytes or header values.
 // copyRecord returns r as handed to callers: the record by value and the
 // shared, expanded response. s.mu must be held.
 func copyRecord(r *entry) core.Record {
