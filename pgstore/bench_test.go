@@ -175,4 +175,10 @@ func BenchmarkConformance(b *testing.B) {
 			storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, m.opts...) })
 		})
 	}
+	b.Run("plain-optimistic", func(b *testing.B) {
+		cfg := pgtest.Config(b)
+		cfg.MaxConns = 16
+		pool := pgtest.NewPool(b, cfg)
+		storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, WithOptimisticClaim()) })
+	})
 }

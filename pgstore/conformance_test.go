@@ -45,3 +45,19 @@ func TestConformanceExecModes(t *testing.T) {
 		}
 	}
 }
+
+// TestConformanceOptimisticClaim runs the suite with WithOptimisticClaim:
+// a bare insert first, the claim-or-read function only for an existing key.
+func TestConformanceOptimisticClaim(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := pgtest.Config(t)
+			cfg.MaxConns = 4
+			pool := pgtest.NewPool(t, cfg)
+			storetest.Run(t, func(tb testing.TB) core.Store {
+				return newStore(tb, pool, append([]Option{WithOptimisticClaim()}, m.opts...)...)
+			})
+		})
+	}
+}

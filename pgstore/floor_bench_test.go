@@ -23,7 +23,9 @@ import (
 // BenchmarkFloor measures the store's claim+complete (a first execution:
 // fresh key, claim, store the response) against floors: the simplest
 // statements that could do the job, sent with pgx on the same pool, one
-// round trip and one commit each, as the store's are.
+// round trip and one commit each, as the store's are. It also runs the
+// store WithOptimisticClaim ("optimistic", reported against the same
+// floors as optimistic/<variant>).
 //
 //   - claim: the two raw statements on the store's own tables that do the
 //     job atomically: INSERT ... ON CONFLICT (scope, key) DO NOTHING
@@ -121,8 +123,10 @@ type floorVariant struct {
 	pair pairFunc
 }
 
-// floorVariants builds the store and the raw-statement variants on pool
-// (tables created in the store's schema). IDEM_FLOOR_DIAG=1 adds two
+// floorVariants builds the store, the same store WithOptimisticClaim
+// ("optimistic": the bare insert as its own statement, the claim function
+// only for an existing key) and the raw-statement variants on pool (tables
+// created in the store's schema). IDEM_FLOOR_DIAG=1 adds two
 // diagnostic variants that split the store's claim into its parts:
 //
 //   - fn: the store's claim statement (the call of its claim function)
@@ -132,8 +136,10 @@ type floorVariant struct {
 //     INSERT ... ON CONFLICT DO NOTHING RETURNING the 17 columns), read
 //     the same way: fn vs claim17 is the PL/pgSQL call; claim17 vs claim
 //     is the width of the result.
-func floorVariants(b *testing.B, pool *pgxpool.Pool, s *Store) []floorVariant {
+func floorVariants(b *testing.B, pool *pgxpool.Pool, s *Store, opts []Option) []floorVariant {
 	ctx := context.Background()
+	// The same store with WithOptimisticClaim, on the same table.
+	opt := openStore(b, pool, append([]Option{WithSchema(s.cfg.schema), WithOptimisticClaim()}, opts...)...)
 
 	table := s.names.schema + `."floor_records"`
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
@@ -174,17 +180,19 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 	lease, retention := 30*time.Second, 24*time.Hour
 	const fingerprint = "dfc677705bff7f80e09867a974d28d76f46cd6a2e23f1e28a3037723f1970e86"
 
-	storePair := func(ctx context.Context, key string) error {
-		req := core.ClaimRequest{Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
-			Fingerprint: fingerprint, Lease: lease, Retention: retention}
-		res, err := s.Claim(ctx, req)
-		if err != nil {
-			return err
+	storePair := func(s *Store) pairFunc {
+		return func(ctx context.Context, key string) error {
+			req := core.ClaimRequest{Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
+				Fingerprint: fingerprint, Lease: lease, Retention: retention}
+			res, err := s.Claim(ctx, req)
+			if err != nil {
+				return err
+			}
+			if !res.Claimed {
+				return fmt.Errorf("key %s not claimed", key)
+			}
+			return s.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 		}
-		if !res.Claimed {
-			return fmt.Errorf("key %s not claimed", key)
-		}
-		return s.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 	}
 	recordOn := func(ins string) pairFunc {
 		return func(ctx context.Context, key string) error {
@@ -206,7 +214,8 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 		}
 	}
 	variants := []floorVariant{
-		{"store", storePair},
+		{"store", storePair(s)},
+		{"optimistic", storePair(opt)},
 		{"claim", recordOn(insClaim)},
 		{"raw", recordOn(insRaw)},
 		{"floor", floorOn(ins, upd)},
@@ -256,10 +265,11 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 	cfg.MinConns = int32(workers)
 	pool := pgtest.NewPool(b, cfg)
 	s := newStore(b, pool, opts...)
-	variants := floorVariants(b, pool, s)
+	variants := floorVariants(b, pool, s, opts)
 
 	round := max(8*workers, 100)
 	ratios := make([][]float64, len(variants))    // store over variant i, per round
+	optRatios := make([][]float64, len(variants)) // optimistic over variant i, per round
 	total := make([]time.Duration, len(variants)) // per variant
 	took := make([]time.Duration, len(variants))
 	keys := newKeySource(random, "f"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
@@ -274,12 +284,18 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 		for i := range variants[1:] {
 			ratios[i+1] = append(ratios[i+1], took[i+1].Seconds()/took[0].Seconds())
 		}
+		for i := range variants[2:] {
+			optRatios[i+2] = append(optRatios[i+2], took[i+2].Seconds()/took[1].Seconds())
+		}
 	})
 	b.StopTimer()
 	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 	for i, v := range variants {
 		if i > 0 {
 			b.ReportMetric(median(ratios[i]), "store/"+v.name)
+		}
+		if i > 1 {
+			b.ReportMetric(median(optRatios[i]), "optimistic/"+v.name)
 		}
 		b.ReportMetric(float64(b.N)/total[i].Seconds(), v.name+"-pairs/s")
 	}
@@ -376,7 +392,7 @@ func benchFloorCPU(b *testing.B, workers int, opts []Option) {
 	cfg.MaxConns, cfg.MinConns = int32(workers), int32(workers)
 	pool := pgtest.NewPool(b, cfg)
 	s := newStore(b, pool, opts...)
-	variants := floorVariants(b, pool, s)
+	variants := floorVariants(b, pool, s, opts)
 	if _, err := serverCPU(); err != nil {
 		b.Skipf("server CPU time not readable (server on another machine?): %v", err)
 	}

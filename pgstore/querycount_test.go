@@ -182,3 +182,43 @@ func TestQueryCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryCountsOptimisticClaim: with WithOptimisticClaim a new key costs
+// one statement (the bare insert) and an existing key two (the insert that
+// finds it, then the claim-or-read function).
+func TestQueryCountsOptimisticClaim(t *testing.T) {
+	tr := &countingTracer{}
+	cfg := pgtest.Config(t)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.Tracer = tr
+	pool := pgtest.NewPool(t, cfg)
+	s := newStore(t, pool, WithOptimisticClaim())
+	ctx := t.Context()
+	if _, err := s.Claim(ctx, claimReq("warm", time.Minute)); err != nil { // and the schema check
+		t.Fatal(err)
+	}
+	count := func(name string, want int, fn func() (core.ClaimResult, error)) core.ClaimResult {
+		t.Helper()
+		tr.reset()
+		res, err := fn()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if sqls, _ := tr.snapshot(); len(sqls) != want {
+			t.Errorf("%s: %d statements, want %d", name, len(sqls), want)
+		}
+		return res
+	}
+	req := claimReq("k", time.Minute)
+	res := count("claim (new key)", 1, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
+	if !res.Claimed || res.Record.Status != core.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
+		t.Fatalf("new key: %+v", res)
+	}
+	if err := s.Complete(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	res = count("claim (replay)", 2, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
+	if res.Claimed || res.Record.Status != core.StatusCompleted || res.Record.Response == nil {
+		t.Fatalf("replay: %+v", res)
+	}
+}

@@ -12,6 +12,7 @@ import (
 type statements struct {
 	claim     string
 	claimText string
+	claimNew  string // WithOptimisticClaim's first statement
 	heartbeat string
 	complete  string
 	fail      string
@@ -206,6 +207,12 @@ func buildStatements(c config) statements {
        (c).resp_status, (c).resp_header, (c).resp_body, (c).resp_not_retained, (c).has_payload,
        (c).claimed, (c).now
 FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFSET 0) q`
+	// WithOptimisticClaim: the function's fast path as the statement itself.
+	s.claimNew = `INSERT INTO ` + n.table + ` (` + recordCols + `)
+VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + n.seq + `'::regclass),
+        {{NOW}} + $6::bigint * interval '1 microsecond', {{NOW}}, {{NOW}} + $7::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING token, locked_until, created_at, expires_at, {{NOW}}`
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
@@ -261,7 +268,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.claimText, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

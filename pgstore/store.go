@@ -184,6 +184,13 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 // on a pool whose QueryExecMode cannot ask for binary results, its columns
 // as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow, error) {
+	if s.cfg.optimisticClaim {
+		cr, inserted, err := s.claimNew(ctx, req)
+		if err != nil || inserted {
+			return cr, err
+		}
+		// The key exists: the claim-or-read statement decides, as always.
+	}
 	if !s.binaryClaim {
 		var cr claimRow
 		row := s.pool.QueryRow(ctx, s.sql.claimText,
@@ -219,6 +226,25 @@ func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow,
 	}
 	rows.Close()
 	return cr, rows.Err()
+}
+
+// claimNew is WithOptimisticClaim's first statement: a bare insert of the
+// processing record. inserted is false when the key exists.
+func (s *Store) claimNew(ctx context.Context, req *core.ClaimRequest) (cr claimRow, inserted bool, err error) {
+	r := &cr.rec
+	err = s.pool.QueryRow(ctx, s.sql.claimNew,
+		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+		micros(req.Lease), micros(req.Retention)).Scan(&r.Token, &r.LockedUntil, &r.CreatedAt, &r.ExpiresAt, &cr.now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return claimRow{}, false, nil
+	}
+	if err != nil {
+		return claimRow{}, false, err
+	}
+	r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = req.Scope, req.Key, req.Method, req.Route, req.Fingerprint
+	r.Status = core.StatusProcessing
+	cr.claimed = true
+	return cr, true, nil
 }
 
 // claimResultFormat asks for the claim's composite in binary (pgx would ask
