@@ -30,12 +30,28 @@ func twoStores(t *testing.T, opts ...Option) (*Store, *Store) {
 
 // TestTwoPoolsOneClaim: 200 concurrent claims of one key, split across two
 // stores on separate pools: exactly one is claimed; every other sees the
-// winner's processing record.
+// winner's processing record. In the "optimistic" cases the second store
+// runs WithOptimisticClaim (as during a rollout of the option): its bare
+// insert and the first store's claim function race for the same key.
 func TestTwoPoolsOneClaim(t *testing.T) {
+	type clusterCase struct {
+		name     string
+		opts     []Option // both stores
+		bOptions []Option // the second store's own
+	}
+	var cases []clusterCase
 	for _, m := range modes {
+		cases = append(cases,
+			clusterCase{m.name, m.opts, nil},
+			clusterCase{m.name + "/optimistic", m.opts, []Option{WithOptimisticClaim()}})
+	}
+	for _, m := range cases {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			a, b := twoStores(t, m.opts...)
+			if m.bOptions != nil {
+				b = openStore(t, b.pool, append(append([]Option{WithSchema(b.cfg.schema)}, m.opts...), m.bOptions...)...)
+			}
 			req := claimReq("same-key", time.Minute)
 			const n = 200
 			var (
