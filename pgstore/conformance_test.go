@@ -10,53 +10,42 @@ import (
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
+// TestConformance runs storetest on each mode, as configured by default and
+// three other ways:
+//
+//   - optimistic: WithOptimisticClaim (a bare insert first, the claim
+//     function only for an existing key);
+//   - exec and simple_protocol: pools configured the ways the README
+//     suggests behind PgBouncer in transaction mode, without prepared
+//     statements (QueryExecModeExec) or with the simple protocol, where
+//     every result comes back as text and the claim's binary composite
+//     cannot be asked for.
 func TestConformance(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := pgtest.Config(t)
-			cfg.MaxConns = 8
-			pool := pgtest.NewPool(t, cfg)
-			storetest.Run(t, func(tb testing.TB) core.Store {
-				return newStore(tb, pool, m.opts...)
-			})
-		})
+	type variant struct {
+		name     string
+		execMode pgx.QueryExecMode // 0: pgx's default
+		opts     []Option
 	}
-}
-
-// TestConformanceExecModes runs the suite on pools configured the ways
-// the README suggests behind PgBouncer in transaction mode: no prepared
-// statements (QueryExecModeExec), or the simple protocol, where every
-// result comes back as text and the claim's binary composite cannot be
-// asked for.
-func TestConformanceExecModes(t *testing.T) {
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
-		for _, m := range modes {
-			t.Run(mode.String()+"/"+m.name, func(t *testing.T) {
-				t.Parallel()
-				cfg := pgtest.Config(t)
-				cfg.MaxConns = 4
-				cfg.ConnConfig.DefaultQueryExecMode = mode
-				pool := pgtest.NewPool(t, cfg)
-				storetest.Run(t, func(tb testing.TB) core.Store {
-					return newStore(tb, pool, m.opts...)
-				})
-			})
-		}
-	}
-}
-
-// TestConformanceOptimisticClaim runs the suite with WithOptimisticClaim:
-// a bare insert first, the claim-or-read function only for an existing key.
-func TestConformanceOptimisticClaim(t *testing.T) {
+	var variants []variant
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
+		variants = append(variants,
+			variant{m.name, 0, m.opts},
+			variant{m.name + "/optimistic", 0, append([]Option{WithOptimisticClaim()}, m.opts...)},
+			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
+			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
+		)
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := pgtest.Config(t)
 			cfg.MaxConns = 4
+			if v.execMode != 0 {
+				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
+			}
 			pool := pgtest.NewPool(t, cfg)
 			storetest.Run(t, func(tb testing.TB) core.Store {
-				return newStore(tb, pool, append([]Option{WithOptimisticClaim()}, m.opts...)...)
+				return newStore(tb, pool, v.opts...)
 			})
 		})
 	}
