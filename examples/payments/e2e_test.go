@@ -397,6 +397,36 @@ func burst(t *testing.T, base, user, key, body string, n int) []result {
 	return results
 }
 
+// checkBurst checks the answers to concurrent duplicates of one request:
+// each a fresh 201, a 409 in-flight problem with Retry-After, or a replayed
+// 201 with the fresh one's body. It returns how many were fresh and 409,
+// and the fresh body.
+func checkBurst(t *testing.T, results []result) (fresh, conflicts int, created []byte) {
+	t.Helper()
+	for _, r := range results {
+		switch {
+		case r.status == http.StatusCreated && !r.replayed:
+			fresh++
+			created = r.body
+		case r.status == http.StatusConflict:
+			conflicts++
+			expectProblem(t, "in-flight duplicate", r, http.StatusConflict, "/in-flight")
+			if n, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || n < 1 {
+				t.Errorf("409 Retry-After %q, want a positive number of seconds", r.header.Get("Retry-After"))
+			}
+		case r.status == http.StatusCreated && r.replayed:
+		default:
+			t.Errorf("concurrent duplicate: %d %s", r.status, r.body)
+		}
+	}
+	for _, r := range results {
+		if r.status == http.StatusCreated && !bytes.Equal(r.body, created) {
+			t.Errorf("replayed %s, want %s", r.body, created)
+		}
+	}
+	return fresh, conflicts, created
+}
+
 func listPayments(t *testing.T, base, user string) []Payment {
 	t.Helper()
 	r := mustDo(t, http.MethodGet, base+"/v1/payments", user, "", "")
@@ -461,32 +491,24 @@ func checkContract(t *testing.T, base string) {
 	// Concurrent duplicates: one runs, the others get 409 + Retry-After
 	// (a straggler arriving after completion gets the replay).
 	key2 := "k2-" + randomID()
-	results := burst(t, base, user, key2, paymentBody(2500), 8)
-	var fresh, conflicts int
-	var created []byte
-	for _, r := range results {
-		switch {
-		case r.status == http.StatusCreated && !r.replayed:
-			fresh++
-			created = r.body
-		case r.status == http.StatusConflict:
-			conflicts++
-			expectProblem(t, "in-flight duplicate", r, http.StatusConflict, "/in-flight")
-			if n, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || n < 1 {
-				t.Errorf("409 Retry-After %q, want a positive number of seconds", r.header.Get("Retry-After"))
-			}
-		case r.status == http.StatusCreated && r.replayed:
-		default:
-			t.Errorf("concurrent duplicate: %d %s", r.status, r.body)
-		}
+	fresh, conflicts, created := checkBurst(t, burst(t, base, user, key2, paymentBody(2500), 8))
+	if fresh != 1 {
+		t.Fatalf("burst of 8: %d fresh 201s, want exactly 1", fresh)
 	}
-	if fresh != 1 || conflicts == 0 {
-		t.Fatalf("burst of 8: %d fresh 201s and %d 409s, want exactly 1 and at least 1", fresh, conflicts)
-	}
-	for _, r := range results {
-		if r.status == http.StatusCreated && !bytes.Equal(r.body, created) {
-			t.Errorf("replayed %s, want %s", r.body, created)
+	// A 409 needs a duplicate that arrives while the first is in flight
+	// (the provider takes 500 ms); on a loaded machine every duplicate may
+	// arrive after it. Burst again, as another user with another key (the
+	// ledger checked below stays as it is), before concluding that no 409
+	// is ever given. Every burst is checked in full.
+	for attempt := 0; conflicts == 0 && attempt < 3; attempt++ {
+		f, c, _ := checkBurst(t, burst(t, base, "u-"+randomID(), "k2-"+randomID(), paymentBody(2500), 8))
+		if f != 1 {
+			t.Fatalf("burst of 8 (again): %d fresh 201s, want exactly 1", f)
 		}
+		conflicts += c
+	}
+	if conflicts == 0 {
+		t.Fatalf("four bursts of 8 concurrent duplicates: no 409, want in-flight duplicates refused")
 	}
 	var p2 Payment
 	_ = json.Unmarshal(created, &p2)
