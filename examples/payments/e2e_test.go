@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -747,5 +748,35 @@ func checkRetryingClientProviderFailure(t *testing.T, bin string) {
 	}
 	if ps := listPayments(t, base, user); len(ps) != 1 {
 		t.Errorf("ledger holds %d payments, want 1", len(ps))
+	}
+}
+
+// TestShutdownWithSilentConnection: a client that opens a connection and
+// sends nothing (an HTTP client dials a spare connection it then never
+// uses) must not keep the server from stopping on SIGTERM. fasthttp waits
+// for such a connection as for a request in progress, so fiber's server
+// needs a read timeout (serve_fiber.go); net/http counts it idle after 5 s.
+func TestShutdownWithSilentConnection(t *testing.T) {
+	bin := buildBinary(t)
+	for _, fw := range frameworkNames() {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			var silent net.Conn
+			t.Cleanup(func() { // runs after startServer's SIGTERM check
+				if silent != nil {
+					_ = silent.Close()
+				}
+			})
+			base := startServer(t, bin, nil, "-framework", fw)
+			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			silent = c
+			// A request served meanwhile, on another connection.
+			if r := do(http.MethodGet, base+"/healthz", "", "", ""); r.err != nil || r.status != http.StatusOK {
+				t.Fatalf("healthz: %d %v", r.status, r.err)
+			}
+		})
 	}
 }

@@ -6,16 +6,33 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/idemkit/idem/fiberidem"
 )
 
+// fiberReadTimeout bounds reading a request on fiber, and so how long a
+// connection that never sends one can delay a graceful shutdown
+// (TestShutdownWithSilentConnection).
+const fiberReadTimeout = 5 * time.Second
+
 // serveFiber mounts the service on fiber with fiberidem. fiber runs on
 // fasthttp, not net/http, so it has its own server loop.
 func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
-	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	f := fiber.New(fiber.Config{
+		DisableStartupMessage: true,
+		// fasthttp counts a connection on which no request has arrived yet
+		// as busy, and its graceful shutdown waits for it: a client that
+		// opened a connection and never used it (Go's transport dials
+		// spares) would hold SIGTERM for the whole shutdown timeout. The
+		// read timeout closes such a connection (and bounds slow clients,
+		// as ReadHeaderTimeout does for net/http). Keep-alive connections
+		// may idle longer.
+		ReadTimeout: fiberReadTimeout,
+		IdleTimeout: time.Minute,
+	})
 	idem := fiberidem.New(a.eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
 		if u, _ := c.Locals("user").(string); u != "" {
 			return u, nil
