@@ -45,4 +45,9 @@
 //     compressed for the retry's own Accept-Encoding. Compression inside
 //     idem is recorded as is (body and Content-Encoding) and replayed
 //     compressed whatever the retry accepts.
+//   - Not idem's, but met by every service that drains on SIGTERM: fasthttp
+//     counts a connection on which no request has arrived yet as busy, and
+//     its graceful shutdown (app.ShutdownWithTimeout) waits for it, so a
+//     client's unused spare connection holds the shutdown for its whole
+//     timeout. Set fiber.Config.ReadTimeout (examples/payments uses 5s).
 package fiberidem
