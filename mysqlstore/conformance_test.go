@@ -1,0 +1,54 @@
+package mysqlstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storetest"
+	"github.com/idemkit/idem/internal/mytest"
+)
+
+// TestConformance runs storetest on one database per variant:
+//
+//   - default: the store as New configures it;
+//   - causal: with the Galera causal-read prefix (SET STATEMENT
+//     wsrep_sync_wait = 1 FOR ...) forced on, so the prefixed statements
+//     are proven on a plain MariaDB too (a Galera node runs them for real);
+//   - tz+09: a DSN forcing the session time zone to +09:00 and parseTime
+//     with a non-UTC loc: the store's instants must not move.
+func TestConformance(t *testing.T) {
+	variants := []struct {
+		name   string
+		dsn    func(t *testing.T) string
+		causal bool
+	}{
+		{"default", func(*testing.T) string { return "" }, false},
+		{"causal", func(*testing.T) string { return "" }, true},
+		{"tz+09", func(t *testing.T) string {
+			cfg := mytest.Config(t, "")
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params["time_zone"] = "'+09:00'"
+			cfg.ParseTime = true
+			loc, err := time.LoadLocation("Asia/Tokyo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Loc = loc
+			return cfg.FormatDSN()
+		}, false},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := v.dsn(t)
+			storetest.Run(t, func(tb testing.TB) core.Store {
+				s := openStore(tb, mytest.NewDB(tb, dsn))
+				s.forceCausal = v.causal
+				return s
+			})
+		})
+	}
+}

@@ -1,0 +1,48 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
+)
+
+func TestMain(m *testing.M) {
+	// The driver's connection watcher goroutines end when the pools close
+	// (mytest registers Close in Cleanup); nothing else may be left behind.
+	goleak.VerifyTestMain(m)
+}
+
+// newStore migrates a fresh database and returns a store on it.
+func newStore(tb testing.TB, opts ...Option) *Store {
+	tb.Helper()
+	return openStore(tb, mytest.NewDB(tb, ""), opts...)
+}
+
+// openStore migrates (idempotently) and opens a store on db with opts.
+func openStore(tb testing.TB, db *sql.DB, opts ...Option) *Store {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Migrate(ctx, db, opts...); err != nil {
+		tb.Fatalf("migrate: %v", err)
+	}
+	s, err := New(db, opts...)
+	if err != nil {
+		tb.Fatalf("new: %v", err)
+	}
+	tb.Cleanup(s.Close) // runs before the pool's Close (registered earlier)
+	return s
+}
+
+func claimReq(key string, lease time.Duration) core.ClaimRequest {
+	return core.ClaimRequest{
+		Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
+		Fingerprint: "f1", Lease: lease, Retention: time.Hour,
+	}
+}

@@ -1,0 +1,205 @@
+package mysqlstore
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Option configures New and Migrate. Pass the same options to both: they
+// decide which tables the store uses. A nil Option is ignored.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) {
+	if f != nil {
+		f(c)
+	}
+}
+
+const (
+	defaultTable = "idem_records"
+	// DefaultRetentionMargin is the retention margin used unless
+	// WithRetentionMargin says otherwise.
+	DefaultRetentionMargin = time.Hour
+	// maxTableLen leaves room for the suffixes of derived names
+	// ("_tokens", "_claim_v1", "_expires_idx") within MySQL's 64-character
+	// identifier limit.
+	maxTableLen = 40
+	// DefaultClaimRetries is how many times Claim, Heartbeat, Complete and
+	// Fail are retried after a deadlock or a Galera certification conflict
+	// (error 1213) unless WithDeadlockRetries says otherwise.
+	DefaultClaimRetries = 8
+)
+
+type config struct {
+	table   string
+	margin  time.Duration
+	txDB    *sql.DB
+	txOpts  *sql.TxOptions
+	causal  bool
+	retries int
+
+	// clockOffset shifts the database clock the store reads. Tests only:
+	// it drives a record past retention without waiting. Zero in production.
+	clockOffset time.Duration
+
+	errs []error
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		table:   defaultTable,
+		margin:  DefaultRetentionMargin,
+		causal:  true,
+		retries: DefaultClaimRetries,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	errs := c.errs
+	if err := validIdent("table", c.table, maxTableLen); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return config{}, fmt.Errorf("mysqlstore: invalid options: %w", err)
+	}
+	return c, nil
+}
+
+// identRE keeps derived names predictable: names are quoted with backticks
+// anyway, but odd characters would make them hard to grep and to type.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func validIdent(what, name string, maxLen int) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s name is empty", what)
+	case len(name) > maxLen:
+		return fmt.Errorf("%s name %q is longer than %d bytes", what, name, maxLen)
+	case !identRE.MatchString(name):
+		return fmt.Errorf("%s name %q must match %s", what, name, identRE)
+	}
+	return nil
+}
+
+// WithTable sets the name of the records table, and the prefix of every
+// object derived from it: the token table (<table>_tokens), the claim
+// procedure (<table>_claim_v1) and the expiry index. At most 40 bytes of
+// letters, digits and underscores, not starting with a digit. The tables
+// live in the connection's current database (the DSN's /dbname); MySQL has
+// no separate schema level.
+//
+// Default: "idem_records".
+func WithTable(name string) Option {
+	return optionFunc(func(c *config) { c.table = name })
+}
+
+// WithRetentionMargin sets how long past its expires_at a record is kept
+// before Sweep deletes it. A record past expires_at is already treated as
+// absent by Claim; the margin only keeps it around for inspection and makes
+// deletion run well clear of the instant the key becomes new again. Must
+// not be negative.
+//
+// Default: DefaultRetentionMargin (1h).
+func WithRetentionMargin(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("retention margin %v is negative", d))
+			return
+		}
+		c.margin = d
+	})
+}
+
+// WithTxDB sets the pool Tx begins business transactions on. It must reach
+// the same database as the store's pool. A separate pool keeps the store's
+// own short statements (claims, heartbeats) from queueing behind
+// connections held by long handler transactions; see "Pool sizing" in the
+// README.
+//
+// Default: the *sql.DB passed to New.
+func WithTxDB(db *sql.DB) Option {
+	return optionFunc(func(c *config) {
+		if db == nil {
+			c.errs = append(c.errs, errors.New("tx db is nil"))
+			return
+		}
+		c.txDB = db
+	})
+}
+
+// WithTxOptions sets the options Tx begins business transactions with
+// (isolation level, read-only). nil means the server's defaults.
+//
+// Default: nil (the server's default isolation, REPEATABLE READ unless
+// configured otherwise). The fenced update that ends the transaction is a
+// locking read, so the fence holds at every isolation level.
+func WithTxOptions(opts *sql.TxOptions) Option {
+	return optionFunc(func(c *config) { c.txOpts = opts })
+}
+
+// WithCausalReads turns causal reads on or off for the claim-or-read and
+// Get on Galera clusters. When on and the server reports wsrep_on=ON
+// (checked once per Store, at its first claim), those statements run under
+// SET STATEMENT wsrep_sync_wait=1 FOR ...: the node first applies every
+// transaction the cluster committed before the statement, so a replay on
+// one node right after a commit on another sees the completed record
+// instead of an in-flight one. It costs one cluster round trip per
+// statement on Galera and nothing elsewhere (the statement is sent without
+// the prefix).
+//
+// Default: on.
+func WithCausalReads(on bool) Option {
+	return optionFunc(func(c *config) { c.causal = on })
+}
+
+// WithDeadlockRetries sets how many times a store statement is retried
+// after the server reports a deadlock or, on Galera, a certification
+// conflict (both error 1213), or a lock wait timeout (1205). A retried
+// claim re-reads the record: the loser of a race answers like any
+// duplicate. Must not be negative.
+//
+// Default: DefaultClaimRetries (8).
+func WithDeadlockRetries(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("deadlock retries %d is negative", n))
+			return
+		}
+		c.retries = n
+	})
+}
+
+// withClockOffset shifts the database clock the store reads. Tests only.
+func withClockOffset(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.clockOffset = d })
+}
+
+// names holds the quoted identifiers derived from a config.
+type names struct {
+	table      string // `idem_records`
+	tokens     string // `idem_records_tokens`
+	claimProc  string // `idem_records_claim_v1`
+	expiresIdx string // `idem_records_expires_idx`
+	migrations string // `idem_schema_migrations`
+}
+
+func quote(name string) string { return "`" + name + "`" }
+
+func (c config) names() names {
+	return names{
+		table:      quote(c.table),
+		tokens:     quote(c.table + "_tokens"),
+		claimProc:  quote(c.table + "_claim_v1"),
+		expiresIdx: quote(c.table + "_expires_idx"),
+		migrations: quote("idem_schema_migrations"),
+	}
+}

@@ -1,0 +1,196 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
+)
+
+// MySQL client protocol command bytes (the first payload byte of a packet
+// with sequence number 0).
+const (
+	comQuery       = 0x03
+	comStmtPrepare = 0x16
+	comStmtExecute = 0x17
+	comStmtClose   = 0x19 // no response: not a round trip
+)
+
+var comNames = map[byte]string{comQuery: "query", comStmtPrepare: "prepare", comStmtExecute: "execute", comStmtClose: "close"}
+
+// commandCounter counts the commands the driver sends, read off the wire:
+// every command is a packet with sequence number 0 (the driver writes each
+// packet with one Write).
+type commandCounter struct {
+	mu   sync.Mutex
+	cmds []byte
+}
+
+func (c *commandCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: conn, c: c}, nil
+}
+
+func (c *commandCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cmds = nil
+}
+
+// roundTrips returns the number of commands that wait for an answer, and
+// all commands by name.
+func (c *commandCounter) roundTrips() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	by := map[string]int{}
+	for _, b := range c.cmds {
+		if b != comStmtClose {
+			n++
+		}
+		name, ok := comNames[b]
+		if !ok {
+			name = fmt.Sprintf("0x%02x", b)
+		}
+		by[name]++
+	}
+	var parts []string
+	for k, v := range by {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	return n, fmt.Sprint(parts)
+}
+
+type countingConn struct {
+	net.Conn
+	c *commandCounter
+}
+
+func (cc *countingConn) Write(p []byte) (int, error) {
+	if len(p) >= 5 && p[3] == 0 {
+		cc.c.mu.Lock()
+		cc.c.cmds = append(cc.c.cmds, p[4])
+		cc.c.mu.Unlock()
+	}
+	return cc.Conn.Write(p)
+}
+
+// TestQueryCounts asserts the number of round trips per phase, counted on
+// the wire: one for each of claim (new, in flight, takeover, replay: the
+// CALL), heartbeat, complete, fail and get; in transactional mode one
+// (START TRANSACTION) when the handler first asks for the transaction, and
+// at commit the fenced UPDATE plus COMMIT on the business transaction.
+func TestQueryCounts(t *testing.T) {
+	tr := &commandCounter{}
+	cfg := mytest.Database(t, "")
+	cfg.DialFunc = tr.dial
+	db := mytest.Open(t, cfg)
+	db.SetMaxOpenConns(1) // one connection: each statement prepared once
+	s := openStore(t, db)
+	if _, err := db.Exec("CREATE TABLE ledger (k VARBINARY(255) PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+
+	phase := func(name string, want int, fn func() error) {
+		t.Helper()
+		tr.reset()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n, by := tr.roundTrips(); n != want {
+			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
+		}
+	}
+	// Warm-up: a Store's first claim checks the schema version and asks
+	// whether the server is a Galera node, once; each statement is prepared
+	// on its first use on the connection.
+	warm := claimReq("warm", time.Minute)
+	var wf core.Fence
+	phase("first claim (schema check + galera check + prepare + claim)", 5, func() error {
+		res, err := s.Claim(ctx, warm)
+		wf = core.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
+		return err
+	})
+	phase("first heartbeat (prepare + execute)", 2, func() error { return s.Heartbeat(ctx, wf, time.Minute) })
+	phase("first complete (prepare + execute)", 2, func() error { return s.Complete(ctx, wf, core.StoredResponse{Status: 200}) })
+	phase("first get (prepare + execute)", 2, func() error { _, err := s.Get(ctx, warm.Scope, warm.Key); return err })
+	phase("warm claim + first fail", 3, func() error {
+		res, err := s.Claim(ctx, claimReq("warm2", time.Minute))
+		if err != nil {
+			return err
+		}
+		return s.Fail(ctx, core.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
+	})
+
+	req := claimReq("k", 100*time.Millisecond)
+	var f core.Fence
+	phase("claim (new key)", 1, func() error {
+		res, err := s.Claim(ctx, req)
+		f = core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+		return err
+	})
+	phase("claim (in flight)", 1, func() error { _, err := s.Claim(ctx, req); return err })
+	phase("heartbeat", 1, func() error { return s.Heartbeat(ctx, f, 100*time.Millisecond) })
+	phase("fail", 1, func() error { return s.Fail(ctx, f) })
+	phase("claim (takeover of failed)", 1, func() error {
+		res, err := s.Claim(ctx, req)
+		if !res.Claimed {
+			return fmt.Errorf("takeover did not claim: %+v", res.Record)
+		}
+		f.Token = res.Record.Token
+		return err
+	})
+	phase("complete", 1, func() error {
+		return s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("x")})
+	})
+	phase("claim (replay)", 1, func() error { _, err := s.Claim(ctx, req); return err })
+	phase("get", 1, func() error { _, err := s.Get(ctx, req.Scope, req.Key); return err })
+
+	// Transactional mode.
+	txReq := claimReq("tx", time.Minute)
+	var hctx context.Context
+	phase("claim (tx)", 1, func() error {
+		res, err := s.Claim(ctx, txReq)
+		f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+		hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+		return err
+	})
+	var tx *sql.Tx
+	phase("Tx (START TRANSACTION)", 1, func() error { var err error; tx, err = Tx(hctx); return err })
+	phase("handler insert (no arguments)", 1, func() error {
+		_, err := tx.ExecContext(hctx, "INSERT INTO ledger (k) VALUES ('tx')")
+		return err
+	})
+	phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
+	phase("complete in tx (UPDATE + COMMIT)", 2, func() error {
+		return s.Complete(hctx, f, core.StoredResponse{Status: 201})
+	})
+	// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
+	txReq.Key = "tx2"
+	phase("claim (tx2)", 1, func() error {
+		res, err := s.Claim(ctx, txReq)
+		f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+		hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+		return err
+	})
+	phase("Tx (START TRANSACTION) 2", 1, func() error { _, err := Tx(hctx); return err })
+	phase("fail in tx (ROLLBACK + UPDATE)", 2, func() error { return s.Fail(hctx, f) })
+
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM ledger").Scan(&n); err != nil || n != 1 {
+		t.Errorf("ledger rows = %d (%v), want 1: the completed transaction's row only", n, err)
+	}
+}

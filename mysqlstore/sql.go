@@ -1,0 +1,77 @@
+package mysqlstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// statements holds the SQL text of every statement the store runs, built
+// once per Store from its configuration and prepared once per connection
+// (database/sql's *sql.Stmt): in steady state every call is one round trip
+// (COM_STMT_EXECUTE).
+type statements struct {
+	claim     string // CALL of the claim procedure (migration 0002)
+	heartbeat string
+	complete  string
+	fail      string
+	get       string
+	sweep     string
+	sweepToks string
+	now       string
+}
+
+const (
+	// fenceWhere: scope, key, token. A processing record past retention
+	// with a lapsed lease is treated as absent (Claim would create it anew),
+	// as memstore and pgstore do.
+	fenceWhere = "scope = ? AND `key` = ? AND token = ? AND status = 'processing'" +
+		" AND (expires_at > {{NOW}} OR locked_until > {{NOW}})"
+
+	// epochUS turns a DATETIME(6) into microseconds since the Unix epoch:
+	// the store reads every instant as an integer, so it works whatever the
+	// DSN's parseTime and loc say.
+	epochUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', %s)"
+)
+
+func us(col string) string { return fmt.Sprintf(epochUS, col) }
+
+func buildStatements(c config) statements {
+	n := c.names()
+	// UTC_TIMESTAMP(6), not NOW(6): UTC whatever the server's and the
+	// session's time_zone.
+	now := "UTC_TIMESTAMP(6)"
+	if c.clockOffset != 0 {
+		now = fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", c.clockOffset.Microseconds())
+	}
+	var s statements
+	s.claim = "CALL " + n.claimProc + "(?, ?, ?, ?, ?, ?, ?, ?)"
+	s.get = "SELECT method, route, fingerprint, status, token, " +
+		us("locked_until") + ", " + us("created_at") + ", " + us("expires_at") + ",\n" +
+		"       resp_status, resp_header, resp_body, resp_not_retained, FALSE, " + us("{{NOW}}") + "\n" +
+		"FROM " + n.table + " WHERE scope = ? AND `key` = ?"
+	// The new locked_until is bumped by 1µs when it equals the old one, so
+	// a heartbeat always changes the row: without CLIENT_FOUND_ROWS (the
+	// driver's default) the affected-row count only counts changed rows.
+	// Args: extension (µs) twice, then the fence.
+	s.heartbeat = "UPDATE " + n.table + " SET locked_until = IF(locked_until = {{NOW}} + INTERVAL ? MICROSECOND,\n" +
+		"    locked_until + INTERVAL 1 MICROSECOND, {{NOW}} + INTERVAL ? MICROSECOND)\nWHERE " + fenceWhere
+	// Args: status, header, body, not retained, then the fence.
+	s.complete = "UPDATE " + n.table + " SET status = 'completed', completed_at = {{NOW}},\n" +
+		"    resp_status = ?, resp_header = ?, resp_body = ?, resp_not_retained = ?\nWHERE " + fenceWhere
+	s.fail = "UPDATE " + n.table + " SET status = 'failed' WHERE " + fenceWhere
+	// Sweep: bounded batch, oldest first. Args: margin (µs), batch.
+	s.sweep = "DELETE FROM " + n.table + "\nWHERE expires_at <= {{NOW}} - INTERVAL ? MICROSECOND\n" +
+		"  AND NOT (status = 'processing' AND locked_until > {{NOW}})\nORDER BY expires_at LIMIT ?"
+	// Token draws below the newest are history: the AUTO_INCREMENT counter
+	// is persistent, and the newest row stays anyway. The derived table
+	// lets the statement read the table it deletes from. Args: batch.
+	s.sweepToks = "DELETE FROM " + n.tokens + " WHERE id < (SELECT m FROM (SELECT MAX(id) AS m FROM " + n.tokens + ") x)\n" +
+		"ORDER BY id LIMIT ?"
+	s.now = "SELECT " + us("{{NOW}}")
+
+	r := strings.NewReplacer("{{NOW}}", now)
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now} {
+		*p = r.Replace(*p)
+	}
+	return s
+}

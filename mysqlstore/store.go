@@ -1,0 +1,505 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Column limits (bytes), as declared in migration 0001. Longer values are
+// refused with an error before any statement is sent.
+const (
+	maxScope       = 1024
+	maxKey         = 1024
+	maxMethod      = 64
+	maxRoute       = 2048
+	maxFingerprint = 128
+)
+
+// raceRetries bounds how often Claim calls the procedure again when the
+// record changed between its read and its write (see migration 0002).
+const raceRetries = 4
+
+// Store is a core.Store backed by MySQL 8.0+ or MariaDB 10.6+ (Galera
+// included). It is safe for concurrent use by any number of goroutines and
+// processes sharing the database: the database decides ownership. Create it
+// with New after running Migrate.
+type Store struct {
+	db    *sql.DB
+	txDB  *sql.DB
+	cfg   config
+	names names
+	sql   statements
+
+	// schemaVersion is the highest migration this binary ships; schemaOK is
+	// set once the database has it (checkSchema), galera once the server
+	// reported wsrep_on=ON at the same time.
+	schemaVersion int
+	schemaOK      atomic.Bool
+	galera        atomic.Bool
+	// forceCausal sends the causal-read prefix even without Galera (tests:
+	// the prefixed statements must work on plain MariaDB too).
+	forceCausal bool
+
+	mu     sync.Mutex
+	stmts  map[string]*sql.Stmt
+	closed bool
+}
+
+var _ core.Store = (*Store)(nil)
+
+// New returns a Store using db. It validates the options and touches no
+// database; run Migrate (with the same options) before first use. New never
+// panics; a nil db or an invalid option is an error.
+//
+// db may come from any DSN the go-sql-driver accepts: the store reads every
+// instant as an integer computed by the server from UTC_TIMESTAMP(6), so it
+// needs neither parseTime nor loc nor a particular time_zone. See the README
+// for the DSN parameters recommended on Galera.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("mysqlstore: new: db is nil")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		db:    db,
+		txDB:  db,
+		cfg:   cfg,
+		names: cfg.names(),
+		sql:   buildStatements(cfg),
+		stmts: map[string]*sql.Stmt{},
+	}
+	if cfg.txDB != nil {
+		s.txDB = cfg.txDB
+	}
+	migs, err := loadMigrations(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: new: %w", err)
+	}
+	for _, m := range migs {
+		s.schemaVersion = max(s.schemaVersion, m.version)
+	}
+	return s, nil
+}
+
+// DB returns the *sql.DB the store runs its statements on.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Galera reports whether the server answered wsrep_on=ON when the store
+// first claimed (false before the first claim).
+func (s *Store) Galera() bool { return s.galera.Load() }
+
+// Close releases the statements the store prepared. It does not close the
+// *sql.DB. Using the store after Close returns an error.
+func (s *Store) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+	s.stmts = nil
+	s.closed = true
+}
+
+// stmt returns the prepared statement for query, preparing it on first use.
+// database/sql then re-prepares it on each connection that runs it, once.
+func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("store is closed")
+	}
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+// prepared returns the statement for query if it was prepared already.
+func (s *Store) prepared(query string) *sql.Stmt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stmts[query]
+}
+
+// causal prefixes query with a causal-read wait when the store talks to a
+// Galera node (MariaDB syntax; see WithCausalReads).
+func (s *Store) causal(query string) string {
+	if s.cfg.causal && (s.galera.Load() || s.forceCausal) {
+		return "SET STATEMENT wsrep_sync_wait = 1 FOR " + query
+	}
+	return query
+}
+
+// wrap adds the operation to err, makes a cancelled or expired context
+// visible to errors.Is, and says what to do about a missing schema. It
+// never adds an idempotency key.
+func wrap(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("mysqlstore: %s: %w: %w", op, cerr, err)
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && (me.Number == 1146 || me.Number == 1305) {
+		// ER_NO_SUCH_TABLE / ER_SP_DOES_NOT_EXIST: the schema is missing or
+		// older than this binary.
+		return fmt.Errorf("mysqlstore: %s: schema not migrated for this version (run mysqlstore.Migrate at start-up with the same options): %w", op, err)
+	}
+	return fmt.Errorf("mysqlstore: %s: %w", op, err)
+}
+
+// retryable reports a deadlock or Galera certification conflict (1213) or
+// a lock wait timeout (1205): the statement was rolled back and may be sent
+// again.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// withRetry runs fn, again after a retryable error, at most cfg.retries
+// more times, with a short jittered pause (so two nodes' losers do not
+// collide again in lockstep).
+func (s *Store) withRetry(ctx context.Context, fn func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if err == nil || !retryable(err) || attempt >= s.cfg.retries || ctx.Err() != nil {
+			return err
+		}
+		pause := time.Duration(1+rand.IntN(1<<min(attempt, 5))) * time.Millisecond
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+// checkSchema makes sure, once per Store, that the database has every
+// migration this binary ships, before the first claim (a binary newer than
+// its schema would otherwise run handlers whose Complete then fails), and
+// asks the server whether it is a Galera node. Two statements, on the first
+// claim only (and again after a failure).
+func (s *Store) checkSchema(ctx context.Context) error {
+	var v sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM `+s.names.migrations+` WHERE table_name = ?`,
+		s.cfg.table).Scan(&v)
+	if err != nil {
+		return wrap(ctx, "claim: check schema version", err)
+	}
+	if !v.Valid || int(v.Int64) < s.schemaVersion {
+		return fmt.Errorf("mysqlstore: claim: schema not migrated for this version: table %s is at version %d, this binary needs %d (run mysqlstore.Migrate at start-up with the same options)",
+			s.names.table, v.Int64, s.schemaVersion)
+	}
+	// SHOW VARIABLES answers no row (not an error) where wsrep does not
+	// exist (MySQL, MariaDB built without Galera).
+	var name, value string
+	err = s.db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return wrap(ctx, "claim: detect galera", err)
+	default:
+		s.galera.Store(value == "ON" || value == "1")
+	}
+	s.schemaOK.Store(true)
+	return nil
+}
+
+func checkLen(what string, v string, limit int) error {
+	if len(v) > limit {
+		return fmt.Errorf("%s is %d bytes, longer than the %d this store keeps", what, len(v), limit)
+	}
+	return nil
+}
+
+func validClaim(req *core.ClaimRequest) error {
+	if req.Lease < time.Microsecond {
+		return fmt.Errorf("lease %v must be at least 1µs (database precision)", req.Lease)
+	}
+	if req.Retention < time.Microsecond {
+		return fmt.Errorf("retention %v must be at least 1µs (database precision)", req.Retention)
+	}
+	return errors.Join(
+		checkLen("scope", req.Scope, maxScope),
+		checkLen("key", req.Key, maxKey),
+		checkLen("method", req.Method, maxMethod),
+		checkLen("route", req.Route, maxRoute),
+		checkLen("fingerprint", req.Fingerprint, maxFingerprint),
+	)
+}
+
+// Claim implements core.Store: one CALL of the claim procedure (migration
+// 0002), which reads, and only when the key is claimable draws a token and
+// upserts. A deadlock or Galera certification conflict (1213) is retried:
+// the retry reads the winner's record, so the loser answers like any
+// duplicate. When the record changed between the procedure's read and its
+// write (it answered a claimable record it did not claim, or none), the
+// procedure is called again, at most raceRetries times.
+func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+	const op = "claim"
+	if err := ctx.Err(); err != nil {
+		return core.ClaimResult{}, wrap(ctx, op, err)
+	}
+	if err := validClaim(&req); err != nil {
+		return core.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+	}
+	if !s.schemaOK.Load() {
+		if err := s.checkSchema(ctx); err != nil {
+			return core.ClaimResult{}, err
+		}
+	}
+	var (
+		res   core.ClaimResult
+		found bool
+	)
+	for race := 0; ; race++ {
+		err := s.withRetry(ctx, func() error {
+			var err error
+			res, found, err = s.claimOnce(ctx, &req)
+			return err
+		})
+		if err != nil {
+			return core.ClaimResult{}, wrap(ctx, op, err)
+		}
+		if found && (res.Claimed || !claimable(&res.Record, res.Now, &req)) {
+			return res, nil
+		}
+		if race >= raceRetries {
+			if found {
+				return res, nil // a record that keeps changing: answer it as it stands
+			}
+			return core.ClaimResult{}, fmt.Errorf("mysqlstore: claim: the record kept vanishing between read and write (%d attempts)", race+1)
+		}
+	}
+}
+
+// claimable mirrors the procedure's test (migration 0002).
+func claimable(r *core.Record, now time.Time, req *core.ClaimRequest) bool {
+	live := r.Status == core.StatusProcessing && r.LockedUntil.After(now)
+	if !r.ExpiresAt.After(now) && !live {
+		return true
+	}
+	return r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
+		(r.Status == core.StatusFailed || (r.Status == core.StatusProcessing && !r.LockedUntil.After(now)))
+}
+
+func (s *Store) claimOnce(ctx context.Context, req *core.ClaimRequest) (core.ClaimResult, bool, error) {
+	st, err := s.stmt(ctx, s.causal(s.sql.claim))
+	if err != nil {
+		return core.ClaimResult{}, false, err
+	}
+	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+		micros(req.Lease), micros(req.Retention), micros(s.cfg.clockOffset))
+	if err != nil {
+		return core.ClaimResult{}, false, err
+	}
+	defer rows.Close()
+	var res core.ClaimResult
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return core.ClaimResult{}, false, err
+		}
+		return core.ClaimResult{}, false, rows.Close()
+	}
+	var now int64
+	rec, err := scanRecord(rows, &res.Claimed, &now)
+	if err != nil {
+		return core.ClaimResult{}, false, err
+	}
+	// Drain the CALL's trailing status result before the connection is reused.
+	if err := rows.Close(); err != nil {
+		return core.ClaimResult{}, false, err
+	}
+	rec.Scope, rec.Key = req.Scope, req.Key
+	res.Record, res.Now = rec, fromMicros(now)
+	return res, true, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanRecord scans the common column list of the claim procedure and Get:
+// method, route, fingerprint, status, token, locked_until, created_at,
+// expires_at (µs), resp_status, resp_header, resp_body, resp_not_retained,
+// claimed, now (µs). Scope and key are the caller's.
+func scanRecord(row scanner, claimed *bool, now *int64) (core.Record, error) {
+	var (
+		r                          core.Record
+		method, route, fp          []byte
+		status                     string
+		lockedUntil, created, exps int64
+		respStatus                 sql.NullInt32
+		respHeader, respBody       []byte
+		notRetained                bool
+	)
+	if err := row.Scan(&method, &route, &fp, &status, &r.Token, &lockedUntil, &created, &exps,
+		&respStatus, &respHeader, &respBody, &notRetained, claimed, now); err != nil {
+		return core.Record{}, err
+	}
+	r.Method, r.Route, r.Fingerprint = string(method), string(route), string(fp)
+	r.Status = core.Status(status)
+	r.LockedUntil, r.CreatedAt, r.ExpiresAt = fromMicros(lockedUntil), fromMicros(created), fromMicros(exps)
+	if r.Status == core.StatusCompleted && respStatus.Valid {
+		resp := &core.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
+		if len(respHeader) > 0 {
+			h, err := parseHeader(respHeader)
+			if err != nil {
+				return core.Record{}, fmt.Errorf("decode stored headers: %w", err)
+			}
+			resp.Header = h
+		}
+		r.Response = resp
+	}
+	return r, nil
+}
+
+// fenced runs a fenced UPDATE (retried after a deadlock or certification
+// conflict) on the store's pool, and reports whether it matched the record.
+func (s *Store) fenced(ctx context.Context, query string, args ...any) (bool, error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return false, err
+	}
+	var n int64
+	err = s.withRetry(ctx, func() error {
+		res, err := st.ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n > 0, err
+}
+
+// Heartbeat implements core.Store. One UPDATE.
+func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+	const op = "heartbeat"
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err)
+	}
+	if extend < time.Microsecond {
+		return fmt.Errorf("mysqlstore: heartbeat: extension %v must be positive (at least 1µs)", extend)
+	}
+	ok, err := s.fenced(ctx, s.sql.heartbeat, micros(extend), micros(extend), f.Scope, f.Key, f.Token)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if !ok {
+		return fmt.Errorf("mysqlstore: heartbeat: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+func completeArgs(f core.Fence, resp core.StoredResponse) []any {
+	var header []byte
+	if len(resp.Header) > 0 {
+		header = appendHeader(nil, resp.Header)
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{} // NULL body would read back the same; keep NULL for "no response"
+	}
+	return []any{int32(resp.Status), header, body, resp.NotRetained, f.Scope, f.Key, f.Token}
+}
+
+// Complete implements core.Store: one fenced UPDATE.
+//
+// When ctx carries the lease for f and Tx began a transaction for it, the
+// fenced UPDATE runs inside that transaction, which is then committed: the
+// handler's writes and the stored response become one atomic fact. If the
+// fence no longer matches, the transaction is rolled back (the handler's
+// writes vanish) and ErrLeaseLost is returned.
+func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+	const op = "complete"
+	if err := ctx.Err(); err != nil {
+		s.abandonTx(ctx, f)
+		return wrap(ctx, op, err)
+	}
+	if resp.Status < 100 || resp.Status > 999 {
+		s.abandonTx(ctx, f)
+		return fmt.Errorf("mysqlstore: complete: invalid response status %d", resp.Status)
+	}
+	args := completeArgs(f, resp)
+	if tx := s.takeTx(ctx, f); tx != nil {
+		return s.completeInTx(ctx, tx, f, args)
+	}
+	ok, err := s.fenced(ctx, s.sql.complete, args...)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if !ok {
+		return fmt.Errorf("mysqlstore: complete: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Fail implements core.Store. One UPDATE. A transaction begun by Tx for
+// this lease is rolled back first.
+func (s *Store) Fail(ctx context.Context, f core.Fence) error {
+	const op = "fail"
+	s.abandonTx(ctx, f)
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err)
+	}
+	ok, err := s.fenced(ctx, s.sql.fail, f.Scope, f.Key, f.Token)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if !ok {
+		return fmt.Errorf("mysqlstore: fail: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Get implements core.Store. One SELECT (a causal read on Galera, see
+// WithCausalReads). An expired record is returned as stored.
+func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+	const op = "get"
+	if err := ctx.Err(); err != nil {
+		return core.Record{}, wrap(ctx, op, err)
+	}
+	st, err := s.stmt(ctx, s.causal(s.sql.get))
+	if err != nil {
+		return core.Record{}, wrap(ctx, op, err)
+	}
+	var (
+		claimed bool
+		now     int64
+		r       core.Record
+	)
+	err = s.withRetry(ctx, func() error {
+		var err error
+		r, err = scanRecord(st.QueryRowContext(ctx, scope, key), &claimed, &now)
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return core.Record{}, fmt.Errorf("mysqlstore: get: %w", core.ErrNotFound)
+	}
+	if err != nil {
+		return core.Record{}, wrap(ctx, op, err)
+	}
+	r.Scope, r.Key = scope, key
+	return r, nil
+}

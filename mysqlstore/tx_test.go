@@ -1,0 +1,203 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
+)
+
+func ledgerTable(t *testing.T, db *sql.DB) {
+	t.Helper()
+	if _, err := db.Exec("CREATE TABLE ledger (k VARBINARY(255) PRIMARY KEY, owner BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ledgerRows(t *testing.T, db *sql.DB, key string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM ledger WHERE k = ?", key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// handlerCtx claims req and returns the handler's context carrying the lease.
+func handlerCtx(t *testing.T, s *Store, req core.ClaimRequest) (context.Context, core.Fence) {
+	t.Helper()
+	res, err := s.Claim(t.Context(), req)
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim: %v (claimed %v)", err, res.Claimed)
+	}
+	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	return core.ContextWithLease(t.Context(), core.NewLease(s, f)), f
+}
+
+func book(ctx context.Context, key string, owner int64) error {
+	tx, err := Tx(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", key, owner)
+	return err
+}
+
+func TestTxCommitsWithComplete(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	hctx, f := handlerCtx(t, s, claimReq("a", time.Minute))
+	if err := book(hctx, "a", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	if n := ledgerRows(t, db, "a"); n != 0 {
+		t.Fatalf("the handler's write is visible before Complete (%d rows)", n)
+	}
+	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ledgerRows(t, db, "a"); n != 1 {
+		t.Fatalf("after Complete: %d ledger rows, want 1", n)
+	}
+	if r, err := s.Get(t.Context(), f.Scope, f.Key); err != nil || r.Status != core.StatusCompleted {
+		t.Fatalf("record: %v %v", r.Status, err)
+	}
+	if _, err := Tx(hctx); !errors.Is(err, ErrLeaseFinished) {
+		t.Errorf("Tx after Complete: %v, want ErrLeaseFinished", err)
+	}
+}
+
+// TestTxStaleOwnerRollsBack: an owner whose lease lapsed and was taken over
+// loses its writes with its Complete; the new owner's commit.
+func TestTxStaleOwnerRollsBack(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	req := claimReq("stale", 50*time.Millisecond)
+	staleCtx, stale := handlerCtx(t, s, req)
+	if err := book(staleCtx, "stale-"+"1", stale.Token); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	req.Lease = time.Minute
+	newCtx, fresh := handlerCtx(t, s, req)
+	if fresh.Token <= stale.Token {
+		t.Fatalf("takeover token %d not above %d", fresh.Token, stale.Token)
+	}
+	if err := book(newCtx, "stale-2", fresh.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(staleCtx, stale, core.StoredResponse{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
+		t.Fatalf("stale Complete: %v, want ErrLeaseLost", err)
+	}
+	if err := s.Complete(newCtx, fresh, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ledgerRows(t, db, "stale-1"); n != 0 {
+		t.Errorf("stale owner's write survived (%d rows)", n)
+	}
+	if n := ledgerRows(t, db, "stale-2"); n != 1 {
+		t.Errorf("new owner's write: %d rows, want 1", n)
+	}
+}
+
+func TestTxFailRollsBack(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	hctx, f := handlerCtx(t, s, claimReq("f", time.Minute))
+	if err := book(hctx, "f", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(hctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if n := ledgerRows(t, db, "f"); n != 0 {
+		t.Errorf("write survived Fail (%d rows)", n)
+	}
+	if r, _ := s.Get(t.Context(), f.Scope, f.Key); r.Status != core.StatusFailed {
+		t.Errorf("status %s, want failed", r.Status)
+	}
+}
+
+// TestTxOutlivesRequestContext: the request's context ends (client gone)
+// before the engine commits; the transaction must still be there.
+func TestTxOutlivesRequestContext(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	res, err := s.Claim(t.Context(), claimReq("c", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := core.Fence{Scope: "tenant", Key: "c", Token: res.Record.Token}
+	lease := core.NewLease(s, f)
+	rctx, cancel := context.WithCancel(t.Context())
+	hctx := core.ContextWithLease(rctx, lease)
+	if err := book(hctx, "c", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	time.Sleep(50 * time.Millisecond) // database/sql would roll back here if the tx were bound to rctx
+	cctx := core.ContextWithLease(context.WithoutCancel(rctx), lease)
+	if err := s.Complete(cctx, f, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ledgerRows(t, db, "c"); n != 1 {
+		t.Errorf("%d ledger rows, want 1", n)
+	}
+}
+
+func TestTxNoLease(t *testing.T) {
+	if _, err := Tx(t.Context()); !errors.Is(err, ErrNoLease) {
+		t.Errorf("Tx without lease: %v", err)
+	}
+}
+
+// TestTwoPoolsOneClaim: two pools (as two processes would have) race 32
+// goroutines each for one key: exactly one claim, everyone else sees it.
+func TestTwoPoolsOneClaim(t *testing.T) {
+	cfg := mytest.Database(t, "")
+	a := openStore(t, mytest.Open(t, cfg))
+	b := openStore(t, mytest.Open(t, cfg))
+	for round := range 20 {
+		req := claimReq("race-"+string(rune('a'+round)), time.Minute)
+		var (
+			mu     sync.Mutex
+			wins   int
+			tokens = map[int64]bool{}
+			wg     sync.WaitGroup
+		)
+		for i := range 64 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := s.Claim(context.Background(), req)
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if res.Claimed {
+					wins++
+				}
+				tokens[res.Record.Token] = true
+			}()
+		}
+		wg.Wait()
+		if wins != 1 || len(tokens) != 1 {
+			t.Errorf("round %d: %d winners, %d distinct tokens seen; want 1 and 1", round, wins, len(tokens))
+		}
+	}
+}
