@@ -171,6 +171,9 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.stepsRequired && !StepsSupported(store) {
+		return nil, fmt.Errorf("idem: WithStepsRequired: store %T does not keep steps (core.StepStore)", store)
+	}
 	cfg.header = http.CanonicalHeaderKey(cfg.header)
 	// Canonicalise a copy: the default list is a shared package variable.
 	canon := make([]string, len(cfg.replayHeaders))
@@ -393,7 +396,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 		if res.Claimed {
 			d.Outcome = Proceed
-			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store}}
+			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store, fresh: res.Fresh}}
 			d.lease = &d.own.lease
 			d.startHeartbeat(sent)
 			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})

@@ -12,6 +12,8 @@ import (
 type Lease struct {
 	fence Fence
 	store Store
+	// fresh: the claim created the record, so it has no steps (step.go).
+	fresh bool
 
 	mu   sync.Mutex
 	vals map[any]any

@@ -96,6 +96,7 @@ type config struct {
 	logKeys        bool
 	observer       func(Event)
 	commitTimeout  time.Duration
+	stepsRequired  bool // step.go
 	retryAfter     time.Duration
 	problemBaseURI string
 }

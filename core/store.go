@@ -95,6 +95,12 @@ type ClaimResult struct {
 	// Now is the store's clock at the time of the claim. Durations such as
 	// Retry-After are computed against it, never against the caller's clock.
 	Now time.Time
+	// Fresh may be set with Claimed when the claim created the record (a
+	// new key, or one new again after retention): it then has no steps
+	// (StepStore), and the first Step of the execution skips reading them.
+	// It must be false for a takeover. A store may always leave it false;
+	// that costs one read at the first Step of each execution.
+	Fresh bool
 }
 
 // Store is where idempotency records live. Implementations must make Claim

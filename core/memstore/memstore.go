@@ -52,8 +52,9 @@ type watch struct {
 }
 
 var (
-	_ core.Store   = (*Store)(nil)
-	_ core.Watcher = (*Store)(nil)
+	_ core.Store     = (*Store)(nil)
+	_ core.Watcher   = (*Store)(nil)
+	_ core.StepStore = (*Store)(nil)
 )
 
 // New returns an empty Store.
@@ -203,7 +204,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		s.recs[k] = r
 		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
-		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
+		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now, Fresh: true}, nil
 
 	case r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
 		(r.Status == core.StatusFailed ||
@@ -276,6 +277,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	}
 	r.Status = core.StatusCompleted
 	r.resp, r.full = stored, nil
+	r.steps = nil         // no one takes a completed record over: its steps are moot
 	s.noteExpiryLocked(r) // no longer held by its lease
 	s.notifyLocked(recKey{f.Scope, f.Key})
 	return nil
@@ -416,6 +418,9 @@ type entry struct {
 	// compact form is what a record costs the garbage collector until it
 	// is replayed.
 	full *core.StoredResponse
+	// steps holds the results of the handler's steps (core.StepStore,
+	// step.go), kept across takeovers; nil until the first one.
+	steps map[string][]byte
 }
 
 // storedResp is a completed record's response, the store's own copy. Its

@@ -113,6 +113,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) core.Store) {
 			{"WakesOnChange", testWatcherWakes},
 			{"DoneContext", testWatcherDoneContext},
 		}},
+		{"Steps", stepCases}, // steps.go
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,321 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Recovery points (steps).
+//
+// A handler with several side effects (reserve stock, charge a card, send a
+// notification) marks each with Step. The first owner of a key runs the
+// step's function and stores its result, fenced by its lease token, before
+// Step returns; an owner that takes the key over after a crash (or after a
+// retryable failure) gets the stored result back and does not run the
+// function again. This is Brandur Leach's "atomic phases" with the
+// idempotency record as the recovery point.
+
+// Limits on steps.
+const (
+	// MaxStepBytes is the largest result a step may store (64 KiB): a step
+	// records what an effect produced (a charge id, a reservation number),
+	// not a payload. A larger result fails the step with ErrStepTooLarge.
+	MaxStepBytes = 64 << 10
+	// MaxStepNameBytes is the longest step name (200 bytes).
+	MaxStepNameBytes = 200
+)
+
+// stepSaveTimeout bounds the store write of a step's result. The write runs
+// on a context detached from the handler's cancellation: once the effect
+// happened, recording it matters even if the client went away.
+const stepSaveTimeout = 5 * time.Second
+
+// Errors returned by Step besides the function's own and the store's.
+var (
+	// ErrStepsUnsupported: the handler runs under a lease granted by a
+	// store that does not implement StepStore. Step refuses to run the
+	// function rather than run it unprotected (a takeover would repeat it).
+	// WithStepsRequired reports it when the engine is built instead.
+	ErrStepsUnsupported = errors.New("idem: the store does not keep steps (it does not implement core.StepStore)")
+	// ErrStepTooLarge: the function succeeded but its result exceeds
+	// MaxStepBytes, so it was not stored. The effect happened and a retry
+	// will run it again.
+	ErrStepTooLarge = errors.New("idem: step result exceeds MaxStepBytes")
+	// ErrStepName: the name is empty, longer than MaxStepNameBytes, not
+	// UTF-8 or holds control characters. The function did not run.
+	ErrStepName = errors.New("idem: invalid step name")
+)
+
+// StepStore is an optional Store capability that keeps the results of a
+// handler's steps (see Step), as Watcher is for waking waiters. Stores that
+// implement it pass the "Steps" cases of core/storetest.
+//
+// Steps belong to one incarnation of a record: they survive a takeover
+// (failed, or processing with a lapsed lease) and are never returned once
+// the key is new again after retention. A store may drop them when the
+// record completes (no one can take a completed record over).
+type StepStore interface {
+	// LoadSteps returns the results stored for the steps of the record f
+	// owns, by step name (an empty map when there are none), only if f
+	// still owns the processing record; otherwise an error wrapping
+	// ErrLeaseLost.
+	LoadSteps(ctx context.Context, f Fence) (map[string][]byte, error)
+	// SaveStep stores result under name for the record f owns, replacing
+	// a result of that name, only if f still owns the processing record;
+	// otherwise an error wrapping ErrLeaseLost, and nothing changes. The
+	// write is durable when SaveStep returns, on its own, outside any
+	// transaction the handler's business writes use: it records an effect
+	// that happened outside them. The store keeps a copy of result.
+	SaveStep(ctx context.Context, f Fence, name string, result []byte) error
+}
+
+// StepsSupported reports whether s keeps steps: s implements StepStore, or
+// wraps a store that does and exposes it with an Unwrap() Store method
+// (store decorators such as metrics or tracing wrappers).
+func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
+
+// stepStoreOf finds the StepStore behind s, looking through decorators.
+func stepStoreOf(s Store) StepStore {
+	for range 8 { // bounded: a decorator cycle must not hang
+		if ss, ok := s.(StepStore); ok {
+			return ss
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
+}
+
+// WithStepsRequired makes New refuse a store that does not keep steps
+// (see StepsSupported), for services whose handlers use Step: the error
+// then comes at start-up rather than at the first Step. Default false:
+// any store is accepted, and Step fails with ErrStepsUnsupported.
+func WithStepsRequired(on bool) Option {
+	return optionFunc(func(c *config) { c.stepsRequired = on })
+}
+
+// Step runs fn at most once per (scope, key, name) across every owner of
+// the handler's key, and returns its result.
+//
+// ctx must be the handler's context (see Decision.Context). Under a lease:
+//   - if a previous owner of this key stored a result for name (it crashed
+//     or failed after the step), Step returns that result and fn does not
+//     run;
+//   - otherwise fn runs; if it fails, its error is returned as is and
+//     nothing is stored (the next attempt runs it again); if it succeeds,
+//     its result is stored, fenced by the lease token, durably, before Step
+//     returns. A stale owner (its lease was taken over) cannot store: Step
+//     returns an error wrapping ErrLeaseLost, and the new owner runs fn
+//     itself.
+//
+// Within one execution a name runs once: a second Step with the same name
+// returns the first result; concurrent calls with one name wait for each
+// other. Distinct names may run concurrently.
+//
+// Step names are part of the handler's contract, like the route: an owner
+// running a newer release resumes from the steps an older one stored, so a
+// name must keep its meaning (and its result's encoding) across releases;
+// give a changed step a new name.
+//
+// A retryable outcome (5xx, a handler error, a panic) keeps the completed
+// steps, so the retry resumes after them; a final response ends the record
+// as without steps; a request with another payload under the same key is
+// refused (422) before any step runs; steps expire with their record.
+//
+// The limit: a crash after fn's effect and before its result is stored
+// repeats the effect once on takeover. Pass the downstream service a key
+// derived with RelayKey so it deduplicates that repeat (the second wall).
+//
+// Outside a lease (a bypassed request, a handler run without idem) fn just
+// runs. Under a lease granted by a store without StepStore, Step returns
+// ErrStepsUnsupported and fn does not run. A name that is empty, longer
+// than MaxStepNameBytes, not UTF-8 or with control characters fails with
+// ErrStepName; a result larger than MaxStepBytes with ErrStepTooLarge (fn
+// has run). A nil result is stored and returned as an empty one. The
+// returned slice is the caller's.
+func Step(ctx context.Context, name string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	if err := checkStepName(name); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("idem: step %q: nil function", name)
+	}
+	lease, ok := LeaseFromContext(ctx)
+	if !ok {
+		out, err := fn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(out) > MaxStepBytes {
+			// Checked without a lease too, so a handler tested without
+			// idem fails the same way as in production.
+			return nil, fmt.Errorf("idem: step %q: %d bytes: %w", name, len(out), ErrStepTooLarge)
+		}
+		return out, nil
+	}
+	ss := stepStoreOf(lease.store)
+	if ss == nil {
+		return nil, fmt.Errorf("idem: step %q: %w", name, ErrStepsUnsupported)
+	}
+	st := stepsOf(lease)
+	unlock := st.lockName(name)
+	defer unlock()
+
+	if out, ok, err := st.stored(ctx, ss, lease, name); err != nil || ok {
+		return out, err
+	}
+	if ctx.Err() != nil {
+		// Do not start an effect on a context that is over (the client
+		// left, or the heartbeat found the lease gone).
+		return nil, fmt.Errorf("idem: step %q: not run: %w", name, context.Cause(ctx))
+	}
+	out, err := fn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxStepBytes {
+		return nil, fmt.Errorf("idem: step %q: %d bytes: %w", name, len(out), ErrStepTooLarge)
+	}
+	if out == nil {
+		out = []byte{}
+	}
+	kept := append([]byte{}, out...) // fn's slice stays fn's
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepSaveTimeout)
+	defer cancel()
+	if err := ss.SaveStep(sctx, lease.fence, name, kept); err != nil {
+		return nil, fmt.Errorf("idem: step %q: save: %w", name, err)
+	}
+	st.put(name, kept)
+	return out, nil
+}
+
+// StepJSON is Step for a value of any type, stored as its JSON encoding:
+// on resumption the stored JSON is decoded into a T. The encoding is part of
+// the step's contract (see Step): keep T's JSON form compatible across
+// releases. A value that does not encode, or a stored value that does not
+// decode into T, is an error.
+func StepJSON[T any](ctx context.Context, name string, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if fn == nil {
+		return zero, fmt.Errorf("idem: step %q: nil function", name)
+	}
+	b, err := Step(ctx, name, func(ctx context.Context) ([]byte, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("idem: step %q: encode result: %w", name, err)
+		}
+		return b, nil
+	})
+	if err != nil {
+		return zero, err
+	}
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return zero, fmt.Errorf("idem: step %q: decode stored result: %w", name, err)
+	}
+	return v, nil
+}
+
+func checkStepName(name string) error {
+	if name == "" || len(name) > MaxStepNameBytes || !utf8.ValidString(name) {
+		return fmt.Errorf("%w: must be 1 to %d bytes of UTF-8", ErrStepName, MaxStepNameBytes)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character %U", ErrStepName, r)
+		}
+	}
+	return nil
+}
+
+// stepsKey is the lease attachment holding an execution's step state.
+type stepsKey struct{}
+
+// stepState is one execution's view of its steps: the results known so far
+// (loaded from the store once, then each stored step), and a lock per name
+// so that one name runs once even when called concurrently.
+type stepState struct {
+	mu      sync.Mutex
+	loaded  bool // results holds what the store had at the first Step
+	results map[string][]byte
+	names   map[string]*stepLock
+}
+
+type stepLock struct {
+	ch    chan struct{} // a one-slot semaphore
+	users int
+}
+
+func stepsOf(l *Lease) *stepState {
+	v, _ := l.Attach(stepsKey{}, func() (any, error) {
+		// A claim that created the record (ClaimResult.Fresh) cannot have
+		// steps yet: no read needed.
+		return &stepState{loaded: l.fresh, results: map[string][]byte{}}, nil
+	})
+	return v.(*stepState)
+}
+
+// lockName serialises the Steps of one name; it returns the unlock.
+func (s *stepState) lockName(name string) func() {
+	s.mu.Lock()
+	if s.names == nil {
+		s.names = map[string]*stepLock{}
+	}
+	l, ok := s.names[name]
+	if !ok {
+		l = &stepLock{ch: make(chan struct{}, 1)}
+		s.names[name] = l
+	}
+	l.users++
+	s.mu.Unlock()
+	l.ch <- struct{}{}
+	return func() {
+		<-l.ch
+		s.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.names, name)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// stored returns the result known for name, loading the record's steps
+// from the store at the first Step of a resumed execution.
+func (s *stepState) stored(ctx context.Context, ss StepStore, l *Lease, name string) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock() // held across the load: every Step needs its answer
+	if !s.loaded {
+		got, err := ss.LoadSteps(ctx, l.fence)
+		if err != nil {
+			return nil, false, fmt.Errorf("idem: step %q: load steps: %w", name, err)
+		}
+		for k, v := range got {
+			s.results[k] = v
+		}
+		s.loaded = true
+	}
+	out, ok := s.results[name]
+	if !ok {
+		return nil, false, nil
+	}
+	return append([]byte{}, out...), true, nil
+}
+
+func (s *stepState) put(name string, result []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.results[name] = result
+}
