@@ -4,12 +4,17 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test lint fmt bench bench-inproc bench-pg bench-e2e fuzz chaos demo race-demo
+.PHONY: test services test-galera lint fmt bench bench-inproc bench-pg bench-e2e fuzz chaos demo race-demo
 
-## test: go vet + the whole suite with the race detector (needs PostgreSQL: see README)
-test:
+## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
+## when they are installed but not answering (scripts/services.sh; see README)
+test: services
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+## services: make sure PostgreSQL and MariaDB answer (start them if installed, else say how to install)
+services:
+	@./scripts/services.sh
 
 ## lint: gofmt, go vet and staticcheck
 lint:
