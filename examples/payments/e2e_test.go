@@ -24,15 +24,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/mytest"
 	"github.com/idemkit/idem/nethttpidem"
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // The end-to-end tests build the example binary once and start it as a
-// child process for every framework, first on memstore, then on pgstore
-// against the real PostgreSQL (IDEM_TEST_PG_DSN, default
-// pgtest.DefaultDSN; an unreachable database fails the test). Each pgstore
-// run gets a fresh schema through the DSN's search_path.
+// child process for every framework, on memstore, on pgstore against the
+// real PostgreSQL (IDEM_TEST_PG_DSN, default pgtest.DefaultDSN) and on
+// mysqlstore against the real MariaDB/MySQL (IDEM_TEST_MYSQL_DSN, default
+// mytest.DefaultDSN); an unreachable database fails the test. Each pgstore
+// run gets a fresh schema through the DSN's search_path, each mysqlstore
+// run a fresh database.
 
 const (
 	startTimeout   = 30 * time.Second
@@ -57,6 +60,11 @@ func TestE2E(t *testing.T) {
 				base := startServer(t, bin, nil, "-framework", fw, "-provider-latency", "500ms", "-dsn", testDSN(t))
 				checkContract(t, base)
 			})
+			t.Run("mysqlstore", func(t *testing.T) {
+				t.Parallel()
+				base := startServer(t, bin, nil, "-framework", fw, "-provider-latency", "500ms", "-dsn", testMySQLDSN(t))
+				checkContract(t, base)
+			})
 			t.Run("external provider", func(t *testing.T) {
 				t.Parallel()
 				checkExternalProvider(t, bin, fw, "")
@@ -64,6 +72,10 @@ func TestE2E(t *testing.T) {
 			t.Run("external provider pgstore", func(t *testing.T) {
 				t.Parallel()
 				checkExternalProvider(t, bin, fw, testDSN(t))
+			})
+			t.Run("external provider mysqlstore", func(t *testing.T) {
+				t.Parallel()
+				checkExternalProvider(t, bin, fw, testMySQLDSN(t))
 			})
 		})
 	}
@@ -190,6 +202,22 @@ func testDSN(t *testing.T) string {
 		return u.String()
 	}
 	return dsn + " search_path=" + schema
+}
+
+// testMySQLDSN returns a mysql:// DSN (the example's -dsn form) for a fresh
+// database on the MySQL/MariaDB test server (IDEM_TEST_MYSQL_DSN, default
+// mytest.DefaultDSN), dropped when the test ends. It fails the test if the
+// server is unreachable.
+func testMySQLDSN(t *testing.T) string {
+	t.Helper()
+	cfg := mytest.Database(t, "")
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	} else {
+		u.User = url.User(cfg.User)
+	}
+	return u.String()
 }
 
 // lockedBuffer collects a child's stderr for failure reports.

@@ -82,8 +82,13 @@ FROM `+l.table+` WHERE user_id = $1 ORDER BY created_at, id`, user)
 	return ps, nil
 }
 
+// maintainer is a store with retention work (pgstore, mysqlstore).
+type maintainer interface {
+	Maintain(ctx context.Context) error
+}
+
 // maintain runs the store's retention work every interval until ctx ends.
-func maintain(ctx context.Context, s *pgstore.Store, every time.Duration, log *slog.Logger) {
+func maintain(ctx context.Context, s maintainer, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -93,7 +98,7 @@ func maintain(ctx context.Context, s *pgstore.Store, every time.Duration, log *s
 		case <-t.C:
 		}
 		if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
-			log.WarnContext(ctx, "pgstore maintenance failed", "err", err)
+			log.WarnContext(ctx, "store maintenance failed", "err", err)
 		}
 	}
 }

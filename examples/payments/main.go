@@ -15,7 +15,9 @@
 //	-dsn URL                    PostgreSQL (default: $DATABASE_URL): pgstore in
 //	                            transactional mode, the ledger table in the same
 //	                            database, both migrated at start; a search_path
-//	                            in the DSN selects the schema (default public)
+//	                            in the DSN selects the schema (default public).
+//	                            mysql://user:pass@host:port/db: mysqlstore, the
+//	                            same way (MySQL 8+, MariaDB 10.6+, Galera)
 //	-provider-url URL           external payment provider (default: simulated)
 //	-provider-latency 300ms     latency of the simulated provider
 //	-lease 30s                  idem lease (core.WithLease)
@@ -135,7 +137,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&cfg.framework, "framework", "nethttp", "HTTP framework: "+strings.Join(frameworkNames(), " | "))
-	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN (default $DATABASE_URL); empty: in-memory store and ledger")
+	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("DATABASE_URL"), "postgres://... (pgstore) or mysql://user:pass@host:port/db (mysqlstore); default $DATABASE_URL; empty: in-memory store and ledger")
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "external payment provider base URL (default: in-process simulation)")
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
@@ -189,6 +191,17 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		store = ledgerStore{Store: memstore.New(), ledger: ml, log: log}
 		ledger = ml
 		storeDesc = "memstore"
+	} else if isMySQLDSN(cfg.dsn) {
+		db, ms, ml, dbName, err := openMySQL(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		store, ledger = ms, ml
+		storeDesc = "mysqlstore (transactional, database " + dbName + ")"
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go maintain(mctx, ms, maintainEvery, log)
 	} else {
 		pool, ps, pl, schema, err := openPG(ctx, cfg)
 		if err != nil {

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem/mysqlstore"
+)
+
+// mysqlLedger is the ledger table in the store's MySQL/MariaDB database.
+// Record writes in mysqlstore.Tx(ctx), the transaction idem commits together
+// with the stored response: the row and the idempotency record are one
+// atomic fact, and a stale owner's row rolls back with its fenced commit.
+type mysqlLedger struct {
+	db *sql.DB
+}
+
+// isMySQLDSN reports whether -dsn selects mysqlstore.
+func isMySQLDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "mysql://")
+}
+
+// mysqlConfig turns mysql://user:pass@host[:port]/db[?params] into the
+// go-sql-driver configuration (params are the driver's DSN parameters).
+// Errors never repeat the password.
+func mysqlConfig(dsn string) (*mysql.Config, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, errors.New("-dsn: not a mysql://user:pass@host:port/db URL")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if u.Host == "" || db == "" || strings.Contains(db, "/") {
+		return nil, errors.New("-dsn: want mysql://user:pass@host:port/db (host and database required)")
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "3306"
+	}
+	cfg := mysql.NewConfig()
+	if u.RawQuery != "" {
+		// Let the driver interpret its own parameters: parse them as a DSN.
+		parsed, err := mysql.ParseDSN("/" + url.PathEscape(db) + "?" + u.RawQuery)
+		if err != nil {
+			return nil, fmt.Errorf("-dsn parameters: %w", err)
+		}
+		cfg = parsed
+	}
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net = "tcp"
+	cfg.Addr = net.JoinHostPort(host, port)
+	cfg.DBName = db
+	return cfg, nil
+}
+
+// openMySQL connects, migrates the store and the ledger, and builds both.
+func openMySQL(ctx context.Context, cfg config) (*sql.DB, *mysqlstore.Store, *mysqlLedger, string, error) {
+	mcfg, err := mysqlConfig(cfg.dsn)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	conn, err := mysql.NewConnector(mcfg)
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("-dsn: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	// A handler holds a connection for its transaction across the provider
+	// call; bound the pool so a burst queues here instead of exhausting the
+	// server's max_connections, and recycle idle connections.
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	fail := func(err error) (*sql.DB, *mysqlstore.Store, *mysqlLedger, string, error) {
+		_ = db.Close()
+		return nil, nil, nil, "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := db.PingContext(cctx); err != nil {
+		return fail(fmt.Errorf("connect: %w", err))
+	}
+	if err := mysqlstore.Migrate(cctx, db); err != nil {
+		return fail(err)
+	}
+	store, err := mysqlstore.New(db)
+	if err != nil {
+		return fail(err)
+	}
+	ledger := &mysqlLedger{db: db}
+	if err := ledger.migrate(cctx); err != nil {
+		return fail(fmt.Errorf("ledger migration: %w", err))
+	}
+	return db, store, ledger, mcfg.DBName, nil
+}
+
+// migrate creates the ledger table. CREATE TABLE IF NOT EXISTS is atomic in
+// MySQL/MariaDB (and replicated in total order on Galera), so instances
+// starting together need no lock. Ids and users compare byte for byte.
+func (l *mysqlLedger) migrate(ctx context.Context) error {
+	_, err := l.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS `payments` (\n"+
+		"  id                 VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,\n"+
+		"  user_id            VARBINARY(255) NOT NULL,\n"+
+		"  amount             BIGINT       NOT NULL CHECK (amount > 0),\n"+
+		"  currency           VARCHAR(16)  NOT NULL,\n"+
+		"  recipient          VARCHAR(255) NOT NULL,\n"+
+		"  provider_charge_id VARCHAR(255) NOT NULL,\n"+
+		"  created_at         TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n"+
+		"  KEY payments_user_idx (user_id, created_at, id)\n"+
+		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+	return err
+}
+
+// Record inserts the row in the execution's transaction.
+func (l *mysqlLedger) Record(ctx context.Context, user string, p Payment) error {
+	tx, err := mysqlstore.Tx(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO `payments` (id, user_id, amount, currency, recipient, provider_charge_id) VALUES (?, ?, ?, ?, ?, ?)",
+		p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID)
+	if err != nil {
+		return fmt.Errorf("ledger: insert: %w", err)
+	}
+	return nil
+}
+
+// List reads committed rows only: a payment in flight is not listed.
+// created_at is read as microseconds since the epoch, which needs no
+// parseTime and no time zone agreement with the server.
+func (l *mysqlLedger) List(ctx context.Context, user string) ([]Payment, error) {
+	rows, err := l.db.QueryContext(ctx, "SELECT id, amount, currency, recipient, provider_charge_id, "+
+		"CAST(UNIX_TIMESTAMP(created_at) * 1000000 AS SIGNED) FROM `payments` WHERE user_id = ? ORDER BY created_at, id", user)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list: %w", err)
+	}
+	defer rows.Close()
+	ps := []Payment{}
+	for rows.Next() {
+		var p Payment
+		var us int64
+		if err := rows.Scan(&p.ID, &p.Amount, &p.Currency, &p.To, &p.ProviderChargeID, &us); err != nil {
+			return nil, fmt.Errorf("ledger: list: %w", err)
+		}
+		p.CreatedAt = time.UnixMicro(us).UTC()
+		ps = append(ps, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: list: %w", err)
+	}
+	return ps, nil
+}
