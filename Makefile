@@ -4,7 +4,7 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services test-galera lint fmt bench bench-inproc bench-pg bench-e2e fuzz chaos demo race-demo
+.PHONY: test services lint fmt bench bench-inproc bench-pg bench-e2e fuzz chaos demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README)
