@@ -501,6 +501,12 @@ func checkContract(t *testing.T, base string) {
 			replay.status, replay.replayed, replay.body, first.body)
 	}
 
+	// The published policy, from every framework (openapi_test.go validates it).
+	if r := mustDo(t, http.MethodGet, base+"/openapi.json", "", "", ""); r.status != http.StatusOK ||
+		!bytes.Contains(r.body, []byte(`"x-idempotency"`)) || !bytes.Contains(r.body, []byte(`"retention": "PT24H"`)) {
+		t.Errorf("GET /openapi.json: %d %.200s", r.status, r.body)
+	}
+
 	// 422 mismatch, 400 missing key, 401 missing user.
 	expectProblem(t, "mismatch", mustDo(t, http.MethodPost, ep, user, key1, paymentBody(50000)),
 		http.StatusUnprocessableEntity, "/payload-mismatch")

@@ -22,6 +22,7 @@
 //	-provider-latency 300ms     latency of the simulated provider
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
+//	-retention 24h              how long keys are kept (core.WithRetention)
 //	-log text                   log format on stderr: text | json
 //
 // API:
@@ -35,6 +36,8 @@
 //	                    the key retryable)
 //	GET  /v1/payments   X-User-ID -> 200, that user's ledger rows (JSON array)
 //	GET  /healthz       -> 200
+//	GET  /openapi.json  -> 200, this API as OpenAPI 3.1, with the idempotency
+//	                    policy the engine runs with (core.Engine.OpenAPI)
 //
 // The external provider protocol: POST {provider-url}/v1/charges with header
 // Idempotency-Key = core.RelayKey(ctx, "charge") and body
@@ -83,9 +86,10 @@ var frameworks = map[string]serveFunc{
 
 // app is what every framework mounts.
 type app struct {
-	svc *Service
-	eng *core.Engine
-	log *slog.Logger
+	svc     *Service
+	eng     *core.Engine
+	log     *slog.Logger
+	openapi []byte // GET /openapi.json
 }
 
 type config struct {
@@ -96,6 +100,7 @@ type config struct {
 	providerLatency time.Duration
 	lease           time.Duration
 	wait            time.Duration
+	retention       time.Duration
 	logFormat       string
 }
 
@@ -142,6 +147,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
+	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -216,15 +222,14 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		go maintain(mctx, ps, maintainEvery, log)
 	}
 
-	eng, err := core.New(store,
-		core.WithLease(cfg.lease),
-		core.WithWait(cfg.wait),
-		core.WithLogger(log),
-	)
+	eng, err := core.New(store, engineOptions(cfg, log)...)
 	if err != nil {
 		return err
 	}
 	a := &app{svc: &Service{ledger: ledger, provider: provider, log: log}, eng: eng, log: log}
+	if a.openapi, err = openAPIJSON(eng, false); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -235,6 +240,17 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	err = frameworks[cfg.framework](ctx, ln, a)
 	log.Info("stopped", "err", err)
 	return err
+}
+
+// engineOptions are the engine's options from the flags; GET /openapi.json
+// publishes the policy they make.
+func engineOptions(cfg config, log *slog.Logger) []core.Option {
+	return []core.Option{
+		core.WithLease(cfg.lease),
+		core.WithWait(cfg.wait),
+		core.WithRetention(cfg.retention),
+		core.WithLogger(log),
+	}
 }
 
 // openPG connects, migrates the store and the ledger, and builds both. The

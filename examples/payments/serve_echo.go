@@ -45,6 +45,9 @@ func echoHandler(a *app) http.Handler {
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, contentType(http.StatusOK), healthBody())
 	})
+	e.GET("/openapi.json", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, contentType(http.StatusOK), a.openapi)
+	})
 	return e
 }
 

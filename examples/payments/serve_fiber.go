@@ -53,6 +53,9 @@ func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
 	f.Get("/healthz", func(c *fiber.Ctx) error {
 		return fiberSend(c, http.StatusOK, healthBody())
 	})
+	f.Get("/openapi.json", func(c *fiber.Ctx) error {
+		return fiberSend(c, http.StatusOK, a.openapi)
+	})
 
 	errc := make(chan error, 1)
 	go func() { errc <- f.Listener(ln) }()

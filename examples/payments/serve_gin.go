@@ -44,6 +44,9 @@ func ginHandler(a *app) http.Handler {
 	r.GET("/healthz", func(c *gin.Context) {
 		c.Data(http.StatusOK, contentType(http.StatusOK), healthBody())
 	})
+	r.GET("/openapi.json", func(c *gin.Context) {
+		c.Data(http.StatusOK, contentType(http.StatusOK), a.openapi)
+	})
 	return r
 }
 

@@ -40,6 +40,9 @@ func netHTTPHandler(a *app) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeNetHTTP(w, http.StatusOK, healthBody())
 	})
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		writeNetHTTP(w, http.StatusOK, a.openapi)
+	})
 	return mux
 }
 

@@ -1,0 +1,130 @@
+package core
+
+import (
+	"net/http"
+	"slices"
+	"time"
+)
+
+// Policy is the idempotency policy an engine runs with, read back from its
+// configuration: what a client must send and what it can rely on. The IETF
+// draft (draft-ietf-httpapi-idempotency-key-header) asks every resource to
+// publish it, expiry included; Policy.OpenAPI renders it for an API
+// description.
+type Policy struct {
+	// Header is the request header that carries the key (canonical form).
+	Header string
+	// KeyRequired: a protected request without a key is refused (400);
+	// otherwise it passes through unprotected.
+	KeyRequired bool
+	// Methods are the protected methods, sorted. Others bypass idem.
+	Methods []string
+	// MaxKeyBytes is the longest key accepted, after decoding.
+	MaxKeyBytes int
+	// Retention is how long a record is kept after its first request; past
+	// it, the key is new again.
+	Retention time.Duration
+	// Lease is how long an owner that stopped heartbeating (a crash) keeps
+	// the key before a retry may take it over.
+	Lease time.Duration
+	// Wait is how long an in-flight duplicate waits for the first request
+	// before it is answered 409 (0: at once).
+	Wait time.Duration
+	// RetryAfter is the Retry-After hint sent with 409 in-flight.
+	RetryAfter time.Duration
+	// MaxRequestBytes is the largest request body accepted (413 above).
+	MaxRequestBytes int64
+	// MaxResponseBytes is the largest response body kept for replay.
+	MaxResponseBytes int
+	// ReplayHeaders are the response headers kept and replayed.
+	ReplayHeaders []string
+	// FingerprintHeaders are request headers that are part of "the same
+	// request", besides the method, route, target and body.
+	FingerprintHeaders []string
+	// CanonicalJSON: JSON bodies are compared in canonical form (key order
+	// and whitespace do not matter).
+	CanonicalJSON bool
+	// ProblemBaseURI prefixes the type URI of every problem response.
+	ProblemBaseURI string
+
+	final func(status int) Class
+}
+
+// Policy returns the policy the engine runs with. The slices are the
+// caller's own.
+func (e *Engine) Policy() Policy {
+	methods := make([]string, 0, len(e.cfg.methods))
+	for m := range e.cfg.methods {
+		methods = append(methods, m)
+	}
+	slices.Sort(methods)
+	fp := make([]string, len(e.cfg.fpHeaders))
+	for i, h := range e.cfg.fpHeaders {
+		fp[i] = http.CanonicalHeaderKey(h)
+	}
+	slices.Sort(fp)
+	base := e.cfg.problemBaseURI
+	if base == "" {
+		base = ProblemBaseURI
+	}
+	return Policy{
+		Header:             e.cfg.header,
+		KeyRequired:        e.cfg.required,
+		Methods:            methods,
+		MaxKeyBytes:        MaxKeyBytes,
+		Retention:          e.cfg.retention,
+		Lease:              e.cfg.lease,
+		Wait:               e.cfg.wait,
+		RetryAfter:         e.cfg.retryAfter,
+		MaxRequestBytes:    e.cfg.maxRequest,
+		MaxResponseBytes:   e.cfg.maxResponse,
+		ReplayHeaders:      slices.Clone(e.cfg.replayHeaders),
+		FingerprintHeaders: fp,
+		CanonicalJSON:      e.cfg.canonicalJSON,
+		ProblemBaseURI:     base,
+		final:              e.cfg.policy,
+	}
+}
+
+// Protects reports whether requests with method are under idem.
+func (p Policy) Protects(method string) bool {
+	return slices.Contains(p.Methods, method)
+}
+
+// Replayed reports whether a response with status is stored and replayed
+// to retries (the outcome policy classifies it final), as opposed to
+// leaving the key retryable.
+func (p Policy) Replayed(status int) bool {
+	if p.final == nil {
+		return DefaultOutcomePolicy(status) == Final
+	}
+	return p.final(status) == Final
+}
+
+// problemSpec is one problem idem answers with, as published.
+type problemSpec struct {
+	name   string
+	status int
+	// when the problem can be answered, in the published description
+	when string
+}
+
+// publishedProblems lists, per status, the problems a protected operation
+// may answer, in the order they are published.
+func (p Policy) publishedProblems() []problemSpec {
+	var out []problemSpec
+	if p.KeyRequired {
+		out = append(out, problemSpec{ProblemMissingKey, http.StatusBadRequest, "the " + p.Header + " header is missing"})
+	}
+	return append(out,
+		problemSpec{ProblemInvalidKey, http.StatusBadRequest, "the key is not a valid key (format, length, several header lines)"},
+		problemSpec{ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"},
+		problemSpec{ProblemScopeUnavailable, http.StatusUnauthorized, "the request's tenant could not be determined"},
+		problemSpec{ProblemInFlight, http.StatusConflict, "a request with this key is still in progress (retry after Retry-After seconds)"},
+		problemSpec{ProblemNotRetained, http.StatusConflict, "the request with this key completed but its response was too large or streamed to keep; it is not run again"},
+		problemSpec{ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "the request body is larger than the limit"},
+		problemSpec{ProblemPayloadMismatch, http.StatusUnprocessableEntity, "the key was already used with a different request (method, route, target or body)"},
+		problemSpec{ProblemHandlerPanic, http.StatusInternalServerError, "the request failed without completing; it may be retried with the same key"},
+		problemSpec{ProblemStoreUnavailable, http.StatusServiceUnavailable, "the idempotency store could not be reached or the result could not be recorded; retry with the same key"},
+	)
+}
