@@ -4,7 +4,7 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services lint fmt bench bench-inproc bench-pg bench-e2e fuzz chaos demo race-demo
+.PHONY: test services lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README)
@@ -26,7 +26,7 @@ fmt:
 	gofmt -w .
 
 ## bench: the benchmark suite recorded in BENCHMARKS.md (in-process, PostgreSQL, end to end)
-bench: bench-inproc bench-pg bench-e2e
+bench: bench-inproc bench-pg bench-mysql bench-e2e
 
 ## bench-inproc: per-adapter and engine overhead on memstore, fiber vs fiber's idempotency middleware
 bench-inproc:
@@ -37,6 +37,12 @@ bench-pg:
 	$(GO) test -run '^$$' -bench 'BenchmarkFloor/|BenchmarkNotifyCost' -benchtime 1500x -count 3 -timeout 30m ./pgstore
 	IDEM_FLOOR_DIAG=1 $(GO) test -run '^$$' -bench 'BenchmarkFloorCPU' -benchtime 4000x -count 3 ./pgstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./core ./pgstore
+
+## bench-mysql: mysqlstore claim+complete vs its own raw statements (alternating, same run); replay; wait-mode wake-up
+bench-mysql:
+	$(GO) test -run '^$$' -bench 'BenchmarkClaimComplete' -benchtime 1500x -count 3 -timeout 20m ./mysqlstore
+	$(GO) test -run '^$$' -bench 'BenchmarkConformance/ClaimReplay' -benchtime 2000x -count 3 ./mysqlstore
+	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./mysqlstore
 
 ## bench-e2e: examples/payments on pgstore under the loopback load driver, vs ledger-insert-only
 bench-e2e:

@@ -54,10 +54,11 @@ func loadMigrations(c config) ([]migration, error) {
 	}
 	n := c.names()
 	data := map[string]string{
-		"Table":      n.table,
-		"Tokens":     n.tokens,
-		"ClaimProc":  n.claimProc,
-		"ExpiresIdx": n.expiresIdx,
+		"Table":       n.table,
+		"Tokens":      n.tokens,
+		"ClaimProc":   n.claimProc1,
+		"ClaimProcV2": n.claimProc,
+		"ExpiresIdx":  n.expiresIdx,
 	}
 	var out []migration
 	for _, e := range entries {

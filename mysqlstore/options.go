@@ -92,7 +92,7 @@ func validIdent(what, name string, maxLen int) error {
 
 // WithTable sets the name of the records table, and the prefix of every
 // object derived from it: the token table (<table>_tokens), the claim
-// procedure (<table>_claim_v1) and the expiry index. At most 40 bytes of
+// procedures (<table>_claim_v1, _v2) and the expiry index. At most 40 bytes of
 // letters, digits and underscores, not starting with a digit. The tables
 // live in the connection's current database (the DSN's /dbname); MySQL has
 // no separate schema level.
@@ -187,7 +187,8 @@ func withClockOffset(d time.Duration) Option {
 type names struct {
 	table      string // `idem_records`
 	tokens     string // `idem_records_tokens`
-	claimProc  string // `idem_records_claim_v1`
+	claimProc  string // `idem_records_claim_v2` (migration 0003)
+	claimProc1 string // `idem_records_claim_v1` (migration 0002; previous binaries)
 	expiresIdx string // `idem_records_expires_idx`
 	migrations string // `idem_schema_migrations`
 }
@@ -198,7 +199,8 @@ func (c config) names() names {
 	return names{
 		table:      quote(c.table),
 		tokens:     quote(c.table + "_tokens"),
-		claimProc:  quote(c.table + "_claim_v1"),
+		claimProc:  quote(c.table + "_claim_v2"),
+		claimProc1: quote(c.table + "_claim_v1"),
 		expiresIdx: quote(c.table + "_expires_idx"),
 		migrations: quote("idem_schema_migrations"),
 	}
