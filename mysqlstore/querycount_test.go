@@ -153,6 +153,10 @@ func TestQueryCounts(t *testing.T) {
 		f.Token = res.Record.Token
 		return err
 	})
+	phase("first save step (prepare + execute)", 2, func() error { return s.SaveStep(ctx, f, "charge", []byte("ch_1")) })
+	phase("save step", 1, func() error { return s.SaveStep(ctx, f, "notify", []byte("n_1")) })
+	phase("first load steps (prepare + execute)", 2, func() error { _, err := s.LoadSteps(ctx, f); return err })
+	phase("load steps", 1, func() error { _, err := s.LoadSteps(ctx, f); return err })
 	phase("complete", 1, func() error {
 		return s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("x")})
 	})

@@ -18,6 +18,8 @@ type statements struct {
 	sweep     string
 	sweepToks string
 	now       string
+	loadSteps string
+	saveStep  string
 }
 
 const (
@@ -56,7 +58,9 @@ func buildStatements(c config) statements {
 	s.heartbeat = "UPDATE " + n.table + " SET locked_until = IF(locked_until = {{NOW}} + INTERVAL ? MICROSECOND,\n" +
 		"    locked_until + INTERVAL 1 MICROSECOND, {{NOW}} + INTERVAL ? MICROSECOND)\nWHERE " + fenceWhere
 	// Args: status, header, body, not retained, then the fence.
-	s.complete = "UPDATE " + n.table + " SET status = 'completed', completed_at = {{NOW}},\n" +
+	// Complete drops the steps (migration 0004): a completed record cannot
+	// be taken over, so nobody will read them.
+	s.complete = "UPDATE " + n.table + " SET status = 'completed', completed_at = {{NOW}}, steps = NULL,\n" +
 		"    resp_status = ?, resp_header = ?, resp_body = ?, resp_not_retained = ?\nWHERE " + fenceWhere
 	s.fail = "UPDATE " + n.table + " SET status = 'failed' WHERE " + fenceWhere
 	// Sweep: bounded batch, oldest first. Args: margin (µs), batch.
@@ -68,9 +72,18 @@ func buildStatements(c config) statements {
 	s.sweepToks = "DELETE FROM " + n.tokens + " WHERE id < (SELECT m FROM (SELECT MAX(id) AS m FROM " + n.tokens + ") x)\n" +
 		"ORDER BY id LIMIT ?"
 	s.now = "SELECT " + us("{{NOW}}")
+	// Steps (migration 0004). The document's "born" is created_at in µs as
+	// a string; a document born for an earlier incarnation is replaced.
+	// Args: JSON path ("$.h" + hex name), base64 result, then the fence.
+	born := "CAST(" + us("created_at") + " AS CHAR)"
+	s.loadSteps = "SELECT steps, " + us("created_at") + " FROM " + n.table + " WHERE " + fenceWhere
+	s.saveStep = "UPDATE " + n.table + " SET steps = JSON_SET(\n" +
+		"    IF(steps IS NOT NULL AND JSON_UNQUOTE(JSON_EXTRACT(steps, '$.born')) = " + born + ",\n" +
+		"       steps, JSON_OBJECT('born', " + born + ")),\n" +
+		"    ?, ?)\nWHERE " + fenceWhere
 
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now} {
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep} {
 		*p = r.Replace(*p)
 	}
 	return s

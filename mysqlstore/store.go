@@ -334,6 +334,9 @@ func (s *Store) claimOnce(ctx context.Context, req *core.ClaimRequest) (core.Cla
 	}
 	rec.Scope, rec.Key = req.Scope, req.Key
 	res.Record, res.Now = rec, fromMicros(now)
+	// A claim that created the record (new key, or new again) set
+	// created_at to the procedure's clock; a takeover keeps the older one.
+	res.Fresh = res.Claimed && rec.CreatedAt.Equal(res.Now)
 	return res, true, nil
 }
 

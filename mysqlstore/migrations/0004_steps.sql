@@ -1,0 +1,22 @@
+-- Recovery points (core.StepStore): the results of a handler's steps live
+-- in the record's own row, as a JSON object
+--
+--   {"born": "<created_at in µs>", "h<hex of the step name>": "<base64 of the result>", ...}
+--
+-- so that saving a step is one fenced UPDATE of the same row a takeover
+-- writes. On Galera that matters: two writes to one row from two nodes
+-- conflict in certification, where a separate steps table would let a
+-- stale owner's step commit next to another node's takeover. Names are hex
+-- and results base64, so the document is ASCII whatever the bytes.
+--
+-- "born" ties the steps to one incarnation of the record: a takeover keeps
+-- created_at (and the steps); a key new again after retention gets a new
+-- created_at, and steps born earlier are ignored and replaced at the next
+-- save. No change to the claim procedures is needed, so binaries of the
+-- previous version can keep claiming during a rolling deploy. Complete
+-- drops the steps (no one can take a completed record over).
+--
+-- JSON: MySQL's native type; on MariaDB an alias of LONGTEXT with a
+-- JSON_VALID check. A constant NULL default: instant on both (MySQL 8.0.12+,
+-- MariaDB 10.3+).
+ALTER TABLE {{.Table}} ADD COLUMN steps JSON NULL
