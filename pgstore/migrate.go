@@ -69,6 +69,7 @@ func loadMigrations(c config) ([]migration, error) {
 		"ClaimRowFn":     n.claimRowFn,
 		"ClaimRowType":   n.claimRow,
 		"ClaimFullInto":  into,
+		"Steps":          stepsTable(c), // 0005
 	}
 	var out []migration
 	for _, f := range files {

@@ -189,10 +189,6 @@ LEFT JOIN LATERAL (
 
 func buildStatements(c config) statements {
 	n := c.names()
-	now := "now()"
-	if c.clockOffset != 0 {
-		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
-	}
 	var s statements
 	// The claim function (migration 0004): a plain INSERT ... ON CONFLICT
 	// DO NOTHING first, claimFull only when the key exists; one composite
@@ -267,9 +263,19 @@ SELECT waiters FROM c`
 )`
 	s.now = `SELECT {{NOW}}`
 
-	r := strings.NewReplacer("{{NOW}}", now)
+	r := nowReplacer(c)
 	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s
+}
+
+// nowReplacer replaces {{NOW}} in a statement with the store's clock: the
+// database's now(), shifted by the tests' clock offset.
+func nowReplacer(c config) *strings.Replacer {
+	now := "now()"
+	if c.clockOffset != 0 {
+		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
+	}
+	return strings.NewReplacer("{{NOW}}", now)
 }

@@ -24,6 +24,7 @@ type Store struct {
 	cfg    config
 	names  names
 	sql    statements
+	steps  stepStatements // step.go
 	watch  *watchHub
 
 	// schemaVersion is the highest migration this binary ships for the
@@ -55,6 +56,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		cfg:    cfg,
 		names:  cfg.names(),
 		sql:    buildStatements(cfg),
+		steps:  buildStepStatements(cfg),
 	}
 	switch pool.Config().ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
@@ -161,7 +163,10 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	if err != nil {
 		return core.ClaimResult{}, wrap(ctx, op, err)
 	}
-	res := core.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now}
+	res := core.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now,
+		// Every claim statement sets created_at to its own clock when it
+		// creates the record, and keeps it on a takeover.
+		Fresh: cr.claimed && cr.rec.CreatedAt.Equal(cr.now)}
 	if res.Record.Status == core.StatusCompleted && !cr.hasPayload {
 		// Partitioned mode only (plain mode reads the response from the
 		// row ON CONFLICT returned). See the method comment.
