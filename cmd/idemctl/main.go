@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/pgstore"
+)
+
+// Exit codes (see doc.go).
+const (
+	exitOK       = 0
+	exitFailure  = 1
+	exitUsage    = 2
+	exitNotFound = 3
+	exitRefused  = 4
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: idemctl COMMAND [flags] [KEY]
+
+commands:
+  inspect   one record: status, token, lease, timestamps, response (body with -body)
+  stuck     processing records past their lease, longest lapsed first
+  release   mark a stuck record failed, fenced by its token, so a retry runs now
+  sweep     delete expired records
+  maintain  all retention work of the store's mode
+  stats     counts by status and age
+
+common flags: -dsn URL (default $DATABASE_URL), -schema, -table, -json, -timeout
+run "idemctl COMMAND -h" for a command's flags`
+
+// common are the flags every command takes.
+type common struct {
+	dsn, schema, table string
+	json               bool
+	timeout            time.Duration
+	margin             time.Duration
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.dsn, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL URL or key=value DSN (default $DATABASE_URL)")
+	fs.StringVar(&c.schema, "schema", "public", "schema of the store's tables (pgstore.WithSchema)")
+	fs.StringVar(&c.table, "table", "idem_records", "records table (pgstore.WithTable)")
+	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
+	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up after this long")
+}
+
+// cli is one invocation: its output streams and the key to keep out of
+// them.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	secret         string // the key given on the command line, if any
+}
+
+// fail prints err (with the key redacted) and returns code.
+func (c *cli) fail(code int, err error) int {
+	msg := err.Error()
+	if c.secret != "" {
+		msg = strings.ReplaceAll(msg, c.secret, core.RedactKey(c.secret))
+	}
+	fmt.Fprintln(c.stderr, "idemctl:", msg)
+	return code
+}
+
+// codeOf maps an error to an exit code.
+func codeOf(err error) int {
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, core.ErrLeaseLive), errors.Is(err, core.ErrLeaseLost):
+		return exitRefused
+	}
+	return exitFailure
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stderr, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("idemctl "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var com common
+	com.register(fs)
+	var (
+		scope            string
+		body, showKeys   bool
+		limit, batch     int
+		token            int64
+		live             bool
+		wantKey, maxArgs int
+	)
+	switch cmd {
+	case "inspect":
+		fs.StringVar(&scope, "scope", "", "the record's scope (tenant)")
+		fs.BoolVar(&body, "body", false, "show the stored response body")
+		fs.BoolVar(&showKeys, "show-key", false, "print the key in clear")
+		wantKey, maxArgs = 1, 1
+	case "stuck":
+		fs.IntVar(&limit, "limit", 100, "at most this many records")
+		fs.BoolVar(&showKeys, "show-keys", false, "print keys in clear (needed to release one)")
+	case "release":
+		fs.StringVar(&scope, "scope", "", "the record's scope (tenant)")
+		fs.Int64Var(&token, "token", 0, "release only under this lease token (from inspect or stuck); default: the current one")
+		fs.BoolVar(&live, "live", false, "release even though the lease is still running (the owner is known dead)")
+		wantKey, maxArgs = 1, 1
+	case "sweep":
+		fs.IntVar(&batch, "batch", 1000, "records deleted per statement")
+		fs.DurationVar(&com.margin, "margin", pgstore.DefaultRetentionMargin, "keep records this long past expiry (pgstore.WithRetentionMargin)")
+	case "maintain":
+		fs.DurationVar(&com.margin, "margin", pgstore.DefaultRetentionMargin, "keep records this long past expiry (pgstore.WithRetentionMargin)")
+	case "stats":
+	default:
+		fmt.Fprintf(stderr, "idemctl: unknown command %q\n%s\n", cmd, usage)
+		return exitUsage
+	}
+	// Flags may come before or after the key.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(positional) < wantKey || len(positional) > maxArgs {
+		if wantKey > 0 {
+			fmt.Fprintf(stderr, "idemctl %s: want exactly one KEY (\"-\" reads it from stdin)\n", cmd)
+		} else {
+			fmt.Fprintf(stderr, "idemctl %s: unexpected arguments\n", cmd)
+		}
+		return exitUsage
+	}
+	var key string
+	if wantKey > 0 {
+		key = positional[0]
+		if key == "-" {
+			line, err := bufio.NewReader(c.stdin).ReadString('\n')
+			if err != nil && !errors.Is(err, io.EOF) {
+				return c.fail(exitUsage, fmt.Errorf("read key from stdin: %w", err))
+			}
+			key = strings.TrimRight(line, "\r\n")
+		}
+		if key == "" {
+			fmt.Fprintf(stderr, "idemctl %s: empty key\n", cmd)
+			return exitUsage
+		}
+		c.secret = key
+	}
+	if com.dsn == "" {
+		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn or DATABASE_URL\n", cmd)
+		return exitUsage
+	}
+	if (cmd == "stuck" && limit < 1) || (cmd == "sweep" && batch < 1) {
+		fmt.Fprintf(stderr, "idemctl %s: -limit and -batch must be positive\n", cmd)
+		return exitUsage
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, com.timeout)
+	defer cancel()
+	st, closeStore, err := openStore(ctx, com)
+	if err != nil {
+		return c.fail(codeOf(err), err)
+	}
+	defer closeStore()
+	out := &printer{w: stdout, json: com.json, showKeys: showKeys, body: body}
+
+	switch cmd {
+	case "inspect":
+		r, err := st.Inspect(ctx, scope, key)
+		if err != nil {
+			return c.fail(codeOf(err), fmt.Errorf("inspect %s: %w", describe(scope, key), err))
+		}
+		return out.record(r)
+	case "stuck":
+		rs, err := st.Stuck(ctx, limit)
+		if err != nil {
+			return c.fail(codeOf(err), err)
+		}
+		return out.records(rs)
+	case "release":
+		if token == 0 {
+			r, err := st.Inspect(ctx, scope, key)
+			if err != nil {
+				return c.fail(codeOf(err), fmt.Errorf("release %s: %w", describe(scope, key), err))
+			}
+			token = r.Token
+		}
+		if err := st.Release(ctx, core.Fence{Scope: scope, Key: key, Token: token}, live); err != nil {
+			return c.fail(codeOf(err), fmt.Errorf("release %s token %d: %w", describe(scope, key), token, err))
+		}
+		return out.released(scope, key, token)
+	case "sweep":
+		total := 0
+		for {
+			n, err := st.Sweep(ctx, batch)
+			total += n
+			if err != nil {
+				return c.fail(codeOf(err), fmt.Errorf("sweep (after deleting %d): %w", total, err))
+			}
+			if n < batch {
+				break
+			}
+		}
+		return out.count("deleted", total)
+	case "maintain":
+		if err := st.Maintain(ctx); err != nil {
+			return c.fail(codeOf(err), err)
+		}
+		return out.count("maintained", 1)
+	case "stats":
+		s, err := st.Stats(ctx)
+		if err != nil {
+			return c.fail(codeOf(err), err)
+		}
+		return out.stats(s)
+	}
+	return exitUsage
+}
+
+// describe names a record for an error message, the key redacted.
+func describe(scope, key string) string {
+	return fmt.Sprintf("scope %q key %s", scope, core.RedactKey(key))
+}
