@@ -1,0 +1,300 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Decide classifies a request. A non-nil error means a system failure (the
+// store could not be reached): the decision is then a Reject carrying a 503
+// problem, and the handler must not run. Every other refusal is a Reject
+// with a nil error.
+func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
+	method := strings.ToUpper(req.Method)
+	if !e.cfg.methods[method] {
+		return e.bypass(req), nil
+	}
+	if _, nested := LeaseFromContext(ctx); nested {
+		// idem mounted twice (globally and on the route), or a handler
+		// serving an internal request on its own context: the execution is
+		// already owned; claiming again would only refuse ourselves.
+		return e.bypass(req), nil
+	}
+	key, err := ParseKey(req.values(e.cfg.header))
+	if errors.Is(err, ErrKeyMissing) {
+		if !e.cfg.required {
+			return e.bypass(req), nil
+		}
+		return e.reject(ctx, "rejected", req.Route, ProblemMissingKey, http.StatusBadRequest,
+			"the "+e.cfg.header+" header is required for "+method+" requests"), nil
+	}
+	if err != nil {
+		return e.reject(ctx, "rejected", req.Route, ProblemInvalidKey, http.StatusBadRequest, err.Error()), nil
+	}
+	scope, err := e.scopeOf(ctx, &req)
+	if err != nil {
+		return e.reject(ctx, "rejected", req.Route, ProblemScopeUnavailable, http.StatusUnauthorized,
+			"the request's tenant could not be determined"), nil
+	}
+
+	var (
+		body     []byte
+		tooLarge bool
+	)
+	read := req.BodyBytes == nil
+	if read {
+		body, tooLarge, err = readBody(req.Body, e.cfg.maxRequest)
+	} else {
+		body, tooLarge = req.BodyBytes, int64(len(req.BodyBytes)) > e.cfg.maxRequest
+	}
+	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
+		return e.reject(ctx, "rejected", req.Route, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
+			"the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes"), nil
+	}
+	if err != nil {
+		// The client went away or sent a broken body; nothing was claimed.
+		return e.reject(ctx, "rejected", req.Route, ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), nil
+	}
+
+	claim := ClaimRequest{
+		Scope:  scope,
+		Key:    key,
+		Method: method,
+		Route:  req.Route,
+		Fingerprint: Fingerprint(FingerprintInput{
+			Method: method, Route: req.Route, Target: req.Target, Body: body,
+			Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
+		}),
+		Lease:     e.cfg.lease,
+		Retention: e.cfg.retention,
+	}
+	d := &Decision{Key: key, Scope: scope, BodyRead: read, eng: e, route: req.Route}
+	if read {
+		d.Body = body
+	}
+
+	var deadline time.Time
+	if e.cfg.wait > 0 {
+		deadline = e.cfg.now().Add(e.cfg.wait)
+	}
+	poll := e.cfg.waitPoll
+	watcher, _ := e.store.(Watcher)
+	var changed <-chan struct{}
+	unwatch := func() {}
+	defer func() { unwatch() }()
+	arm := func() {
+		changed, unwatch = watcher.Watch(ctx, scope, key)
+		if unwatch == nil {
+			unwatch = func() {}
+		}
+		if changed == nil { // a Watcher that cannot watch: poll instead
+			watcher = nil
+		}
+	}
+	for {
+		start := e.timing()
+		sent := e.cfg.now() // the lease runs from no earlier than this
+		res, err := e.store.Claim(ctx, claim)
+		took := since(start)
+		if err != nil && ctx.Err() != nil {
+			// The client went away before the claim: not a store failure,
+			// and nothing was claimed. The answer goes nowhere.
+			e.observe(Event{Kind: "canceled", Scope: scope, Route: req.Route, Duration: took, Err: err})
+			e.log(ctx, slog.LevelInfo, "canceled", key, scope, req.Route, slog.Any("err", err))
+			d.Outcome = Reject
+			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+				"the request was cancelled before it was processed")
+			return d, nil
+		}
+		if err != nil {
+			err = fmt.Errorf("idem: claim: %w", err)
+			e.observe(Event{Kind: "store_error", Scope: scope, Route: req.Route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
+			e.log(ctx, slog.LevelError, "store_error", key, scope, req.Route, slog.Any("err", err))
+			d.Outcome = Reject
+			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
+				"the idempotency store could not be reached; the request was not processed")
+			d.Response.Header.Set("Retry-After", "1")
+			return d, err
+		}
+		if res.Claimed {
+			d.Outcome = Proceed
+			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store, fresh: res.Fresh}}
+			d.lease = &d.own.lease
+			d.startHeartbeat(sent)
+			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})
+			e.log(ctx, slog.LevelInfo, "claim", key, scope, req.Route, slog.Int64("token", res.Record.Token))
+			return d, nil
+		}
+		rec := res.Record
+		if rec.Method != method || rec.Route != req.Route || rec.Fingerprint != claim.Fingerprint {
+			e.observe(Event{Kind: "mismatch", Scope: scope, Route: req.Route, Status: http.StatusUnprocessableEntity, Duration: took})
+			e.log(ctx, slog.LevelWarn, "mismatch", key, scope, req.Route)
+			d.Outcome = Reject
+			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemPayloadMismatch, http.StatusUnprocessableEntity,
+				"this idempotency key was already used with a different request; use a new key for a new request")
+			return d, nil
+		}
+		if rec.Status == StatusCompleted && rec.Response != nil {
+			if rec.Response.NotRetained {
+				e.observe(Event{Kind: "not_retained", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
+				e.log(ctx, slog.LevelInfo, "not_retained", key, scope, req.Route)
+				d.Outcome = Reject
+				d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemNotRetained, http.StatusConflict,
+					"the request with this key completed with status "+strconv.Itoa(rec.Response.Status)+
+						" but its response was too large or streamed to keep; it will not be run again")
+				return d, nil
+			}
+			d.Outcome = Replay
+			d.Response = replayResponse(rec.Response)
+			e.observe(Event{Kind: "replay", Scope: scope, Route: req.Route, Status: d.Response.Status, Duration: took})
+			e.log(ctx, slog.LevelInfo, "replay", key, scope, req.Route, slog.Int("status", d.Response.Status))
+			return d, nil
+		}
+		// In flight (or failed/completed in a way the store did not let us
+		// take over): wait if configured, else 409.
+		if !deadline.IsZero() && ctx.Err() == nil {
+			if left := deadline.Sub(e.cfg.now()); left > 0 {
+				if watcher != nil && changed == nil {
+					// Watch from now on, then look again: a change between the
+					// claim above and the watch is caught by the next claim.
+					arm()
+					continue
+				}
+				t := time.NewTimer(min(poll, left))
+				select {
+				case <-t.C:
+				case <-changed: // nil without a Watcher: never ready
+					// Re-arm before looking again, so no change is missed.
+					unwatch()
+					arm()
+				case <-ctx.Done():
+				}
+				t.Stop()
+				poll = min(poll*2, 10*e.cfg.waitPoll)
+				if ctx.Err() == nil {
+					continue
+				}
+			}
+		}
+		// Most owners finish within a second or two; a dead one is taken
+		// over when its lease lapses, so never hint past that.
+		hint := e.cfg.retryAfter
+		if left := rec.LockedUntil.Sub(res.Now); left < hint {
+			hint = left
+		}
+		retry := max(int64((hint+time.Second-1)/time.Second), 1)
+		e.observe(Event{Kind: "conflict", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
+		e.log(ctx, slog.LevelInfo, "conflict", key, scope, req.Route)
+		d.Outcome = Reject
+		d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemInFlight, http.StatusConflict,
+			"a request with this idempotency key is still being processed; retry after the indicated delay")
+		d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
+		return d, nil
+	}
+}
+
+// scopeOf finds the request's tenant. The default (WithScope not set) is
+// requestScope, called directly so that req does not escape to the heap; a
+// custom ScopeFunc gets a heap copy, and what it changes in it is kept.
+func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
+	if e.cfg.defaultScope {
+		if req.ScopeFunc != nil {
+			return req.ScopeFunc(ctx)
+		}
+		return req.Scope, nil
+	}
+	if req.Header == nil && req.HeaderReader != nil {
+		if all, ok := req.HeaderReader.(interface{ Header() http.Header }); ok {
+			req.Header = all.Header()
+		}
+	}
+	r := new(Request)
+	*r = *req
+	scope, err := e.cfg.scope(ctx, r)
+	*req = *r
+	return scope, err
+}
+
+// isMaxBytesError reports an *http.MaxBytesError in err's chain; a
+// separate function, so the target of errors.As is allocated only for an
+// error.
+func isMaxBytesError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
+}
+
+func (e *Engine) bypass(req Request) *Decision {
+	e.observe(Event{Kind: "bypass", Route: req.Route})
+	return &Decision{Outcome: Bypass, eng: e}
+}
+
+func (e *Engine) reject(ctx context.Context, kind, route, problem string, status int, detail string) *Decision {
+	e.observe(Event{Kind: kind, Route: route, Status: status})
+	e.log(ctx, slog.LevelInfo, kind, "", "", route, slog.String("problem", problem), slog.Int("status", status))
+	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
+}
+
+// replayResponse marks the stored response replayed. The stored response
+// is the store's and read-only (see Store): the replay gets a header map of
+// its own, whose value slices are the store's, capped so that an append
+// reallocates; the body is shared and only read.
+func replayResponse(sr *StoredResponse) *Response {
+	h := make(http.Header, len(sr.Header)+1)
+	for k, v := range sr.Header {
+		h[k] = v[:len(v):len(v)]
+	}
+	h[ReplayedHeader] = []string{"true"} // h.Set: ReplayedHeader is canonical
+	return &Response{Status: sr.Status, Header: h, Body: sr.Body}
+}
+
+// readBody reads at most limit bytes. tooLarge reports a body over the limit.
+// It is io.ReadAll(io.LimitReader(r, limit+1)) without the LimitReader's
+// allocation.
+func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) {
+	if r == nil || r == http.NoBody {
+		return []byte{}, false, nil
+	}
+	size := 512
+	if lr, ok := r.(interface{ Len() int }); ok && int64(lr.Len()) < limit {
+		// bytes.Reader, strings.Reader, bytes.Buffer (fasthttp's body): the
+		// exact size, plus one byte so the read that reports EOF needs no
+		// growth.
+		size = lr.Len() + 1
+	}
+	body = make([]byte, 0, size)
+	for {
+		if int64(len(body)) > limit {
+			return nil, true, nil
+		}
+		if len(body) == cap(body) {
+			body = append(body, 0)[:len(body)] // grow as append does
+		}
+		room := cap(body) - len(body)
+		// left <= 0 only when limit+1 overflowed (limit math.MaxInt64: no limit).
+		if left := limit + 1 - int64(len(body)); left > 0 && left < int64(room) {
+			room = int(left)
+		}
+		n, rerr := r.Read(body[len(body) : len(body)+room])
+		body = body[:len(body)+n]
+		if rerr == nil {
+			continue
+		}
+		if int64(len(body)) > limit {
+			return nil, true, nil
+		}
+		if rerr == io.EOF {
+			return body, false, nil
+		}
+		return nil, false, fmt.Errorf("idem: read body: %w", rerr)
+	}
+}

@@ -1,0 +1,140 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// Outcome is what Decide tells the adapter to do.
+type Outcome int
+
+const (
+	// Bypass: idem does not apply (safe method, or no key where keys are
+	// optional). Run the handler as if idem were absent.
+	Bypass Outcome = iota
+	// Proceed: this request owns the key. Run the handler on Decision.Context,
+	// capture its response, then call Commit (or Abort).
+	Proceed
+	// Replay: write Decision.Response, the stored response of the first
+	// request, marked with Idempotent-Replayed: true.
+	Replay
+	// Reject: write Decision.Response, a problem response (400, 401, 409,
+	// 413, 422 or 503). The handler must not run.
+	Reject
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Bypass:
+		return "bypass"
+	case Proceed:
+		return "proceed"
+	case Replay:
+		return "replay"
+	case Reject:
+		return "reject"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ReplayedHeader marks a replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Errors returned by Commit and Abort besides the store's.
+var (
+	// ErrNotOwner: Commit or Abort on a decision that is not Proceed.
+	ErrNotOwner = errors.New("idem: decision does not own the key")
+	// ErrFinished: Commit or Abort called a second time for one decision.
+	ErrFinished = errors.New("idem: decision already committed or aborted")
+)
+
+// Request is what an adapter hands to Decide.
+type Request struct {
+	Method string
+	// Route is the route template ("/v1/payments/:id"), or the path when the
+	// framework has none. It is part of the fingerprint.
+	Route string
+	// Target is the request target as received, path and query
+	// (r.URL.RequestURI()). It is part of the fingerprint, so one key reused
+	// on /orders/1/confirm and /orders/2/confirm is refused (422) rather than
+	// replayed. Adapters always set it.
+	Target string
+	// Header holds the request headers: the key header and any headers
+	// named by WithFingerprintHeaders are read from it.
+	Header http.Header
+	// HeaderReader is read instead of Header when Header is nil, for
+	// frameworks that keep headers in their own form (fasthttp): the engine
+	// asks only for the headers it needs. A ScopeFunc set with WithScope may
+	// read any header from Header; for it, the engine fills Header from
+	// HeaderReader's Header() http.Header method if it has one.
+	HeaderReader HeaderReader
+	// Body is read by Decide (up to the request limit) for the fingerprint;
+	// the adapter gives the handler Decision.Body instead. May be nil.
+	Body io.Reader
+	// BodyBytes, when not nil, is the whole body already in memory (fasthttp
+	// holds it): Decide hashes it in place instead of reading Body, and keeps
+	// no reference to it once it returns, so it may alias the framework's
+	// buffer. The framework still gives the handler its body: Decision.Body
+	// is then nil and BodyRead false. Over the request limit it is refused
+	// (413) as a Body would be.
+	BodyBytes []byte
+	// Scope is the tenant, when the adapter knows it up front.
+	Scope string
+	// ScopeFunc, when set, is called instead (only for requests idem
+	// protects) to find the tenant; an error answers 401. Adapters set it
+	// from their scope option. WithScope replaces both.
+	ScopeFunc func(ctx context.Context) (string, error)
+}
+
+// Response is a response as written by a handler, or as idem writes it.
+type Response struct {
+	Status int // 0 means the handler wrote nothing: 200, as net/http does
+	Header http.Header
+	// HeaderReader is read instead of Header when Header is nil (see
+	// Request.HeaderReader): Commit asks it only for the allow-listed
+	// headers (WithReplayHeaders).
+	HeaderReader HeaderReader
+	Body         []byte
+	// Streamed: the handler flushed or hijacked; the response went out as it
+	// was written and cannot be kept.
+	Streamed bool
+	// Truncated: the body exceeded the response limit; it went out whole but
+	// cannot be kept.
+	Truncated bool
+}
+
+// HeaderReader reads headers an adapter does not hold as an http.Header,
+// by canonical name: every value of the header, in order, nil when absent.
+// The strings must not alias memory the framework reuses: the engine and
+// the store may keep them. http.Header implements it.
+type HeaderReader interface {
+	Values(name string) []string
+}
+
+// values reads one request header from Header or HeaderReader.
+func (r *Request) values(name string) []string {
+	if r.Header == nil && r.HeaderReader != nil {
+		return r.HeaderReader.Values(name)
+	}
+	return r.Header.Values(name)
+}
+
+// fingerprintHeader returns what the fingerprint reads the headers named
+// by WithFingerprintHeaders from: Header, or those headers read from
+// HeaderReader.
+func (r *Request) fingerprintHeader(names []string) http.Header {
+	if len(names) == 0 || r.Header != nil || r.HeaderReader == nil {
+		return r.Header
+	}
+	h := make(http.Header, len(names))
+	for _, n := range names {
+		n = http.CanonicalHeaderKey(n)
+		if v := r.HeaderReader.Values(n); len(v) > 0 {
+			h[n] = v
+		}
+	}
+	return h
+}
