@@ -102,7 +102,7 @@ func TestBadInputParseKey(t *testing.T) {
 func newBadInputEngine(t *testing.T, opts ...core.Option) (*core.Engine, *memstore.Store) {
 	t.Helper()
 	store := memstore.New()
-	eng, err := core.New(store, opts...)
+	eng, err := core.New(store, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func FuzzBadInputKeyHeader(f *testing.F) {
 	f.Add("a", true)
 	f.Fuzz(func(t *testing.T, v string, twoLines bool) {
 		store := memstore.New()
-		eng, err := core.New(store)
+		eng, err := core.New(store, core.WithSharedKeySpace())
 		if err != nil {
 			t.Fatal(err)
 		}

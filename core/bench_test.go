@@ -46,7 +46,7 @@ func benchRequest(h http.Header, body *bytes.Reader) core.Request {
 
 func benchEngine(b *testing.B, opts ...core.Option) *core.Engine {
 	b.Helper()
-	eng, err := core.New(memstore.New(), opts...)
+	eng, err := core.New(memstore.New(), append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

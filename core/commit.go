@@ -22,6 +22,12 @@ import (
 // When Commit fails, the response is not known to be durable: adapters
 // answer with CommitErrorResponse instead of the handler's response.
 func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
+	return e.commit(ctx, d, resp, nil)
+}
+
+// commit is Commit with the handler's error, if it returned one: logged
+// and reported in the event.
+func (e *Engine) commit(ctx context.Context, d *Decision, resp Response, cause error) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
@@ -33,15 +39,15 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 		status = http.StatusOK
 	}
 	var err error
-	kind := "commit"
+	kind := EventCommit
 	switch {
 	case resp.Status == 0 && len(resp.Body) == 0 && ctx != nil && ctx.Err() != nil:
 		// The client went away and the handler gave up without answering:
 		// that is no result to replay. Release the key.
-		kind = "abort"
+		kind = EventAbort
 		err = e.store.Fail(cctx, d.lease.fence)
 	case e.cfg.policy(status) == Retryable:
-		kind = "fail"
+		kind = EventFail
 		err = e.store.Fail(cctx, d.lease.fence)
 	case resp.Streamed || resp.Truncated:
 		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, NotRetained: true})
@@ -52,7 +58,11 @@ func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
 		}
 		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.keptHeaders(&resp), Body: body})
 	}
-	return e.finished(ctx, d, kind, status, e.took(start), err)
+	if cause != nil {
+		cause = e.scrub(fmt.Errorf("idem: handler error: %w", cause), d.Key)
+		e.log(ctx, slog.LevelWarn, "handler_error", d.Key, d.Scope, d.route, slog.Any("err", cause))
+	}
+	return e.finished(ctx, d, kind, status, e.took(start), err, cause)
 }
 
 // Abort releases the key after a handler failure (panic, error, client
@@ -68,9 +78,10 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 	defer cctx.cancel(context.Canceled)
 	err := e.store.Fail(cctx, d.lease.fence)
 	if cause != nil {
+		cause = e.scrub(cause, d.Key)
 		e.log(ctx, slog.LevelWarn, "abort_cause", d.Key, d.Scope, d.route, slog.Any("cause", cause))
 	}
-	return e.finished(ctx, d, "abort", 0, e.took(start), err)
+	return e.finished(ctx, d, EventAbort, 0, e.took(start), err, cause)
 }
 
 // CommitErrorResponse is what an adapter writes instead of the handler's
@@ -80,15 +91,10 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 // retry, which the record then resolves.
 func (e *Engine) CommitErrorResponse(err error) *Response {
 	if errors.Is(err, ErrLeaseLost) {
-		r := ProblemResponse(e.cfg.problemBaseURI, ProblemInFlight, http.StatusConflict,
+		return e.Problem(ProblemInFlight,
 			"this request lost ownership of its idempotency key to a retry; retry to get the recorded result")
-		r.Header.Set("Retry-After", "1")
-		return r
 	}
-	r := ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
-		"the result of this request could not be recorded; retry with the same key")
-	r.Header.Set("Retry-After", "1")
-	return r
+	return e.Problem(ProblemStoreUnavailable, "the result of this request could not be recorded; retry with the same key")
 }
 
 // detached returns the context of the decision's one Commit or Abort: ctx's
@@ -103,19 +109,22 @@ func (e *Engine) detached(ctx context.Context, d *Decision, now time.Time) *comm
 	return c
 }
 
-func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status int, took time.Duration, err error) error {
+// finished reports the end of a Commit or Abort: err is the store's,
+// cause the handler's failure (event only).
+func (e *Engine) finished(ctx context.Context, d *Decision, kind EventKind, status int, took time.Duration, err, cause error) error {
 	d.release()
 	if err != nil {
+		problem := ProblemStoreUnavailable
 		if errors.Is(err, ErrLeaseLost) {
-			kind = "lease_lost"
+			kind, problem = EventLeaseLost, ProblemInFlight
 		}
-		err = fmt.Errorf("idem: %s: %w", kind, err)
-		e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: err})
-		e.log(ctx, slog.LevelError, kind, d.Key, d.Scope, d.route, slog.Any("err", err))
+		err = e.scrub(fmt.Errorf("idem: %s: %w", kind, err), d.Key)
+		e.observe(Event{Kind: kind, Problem: problem, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: err})
+		e.log(ctx, slog.LevelError, string(kind), d.Key, d.Scope, d.route, slog.Any("err", err))
 		return err
 	}
-	e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Status: status, Duration: took})
-	e.log(ctx, slog.LevelInfo, kind, d.Key, d.Scope, d.route, slog.Int("status", status))
+	e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: cause})
+	e.log(ctx, slog.LevelInfo, string(kind), d.Key, d.Scope, d.route, slog.Int("status", status))
 	return nil
 }
 

@@ -18,30 +18,32 @@ import (
 // with a nil error.
 func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	method := strings.ToUpper(req.Method)
+	route := CanonicalRoute(req.Route)
 	if !e.cfg.methods[method] {
-		return e.bypass(req), nil
+		return e.bypass(route), nil
 	}
 	if _, nested := LeaseFromContext(ctx); nested {
 		// idem mounted twice (globally and on the route), or a handler
 		// serving an internal request on its own context: the execution is
 		// already owned; claiming again would only refuse ourselves.
-		return e.bypass(req), nil
+		return e.bypass(route), nil
 	}
 	key, err := ParseKey(req.values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
-			return e.bypass(req), nil
+			return e.bypass(route), nil
 		}
-		return e.reject(ctx, "rejected", req.Route, ProblemMissingKey, http.StatusBadRequest,
-			"the "+e.cfg.header+" header is required for "+method+" requests"), nil
+		return e.reject(ctx, route, ProblemMissingKey, "the "+e.cfg.header+" header is required for "+method+" requests", nil), nil
 	}
 	if err != nil {
-		return e.reject(ctx, "rejected", req.Route, ProblemInvalidKey, http.StatusBadRequest, err.Error()), nil
+		return e.reject(ctx, route, ProblemInvalidKey, err.Error(), nil), nil
 	}
 	scope, err := e.scopeOf(ctx, &req)
 	if err != nil {
-		return e.reject(ctx, "rejected", req.Route, ProblemScopeUnavailable, http.StatusUnauthorized,
-			"the request's tenant could not be determined"), nil
+		// The scope function's error says why (no session, auth backend
+		// down): logged and in the event, never in the answer.
+		err = e.scrub(fmt.Errorf("idem: scope: %w", err), key)
+		return e.reject(ctx, route, ProblemScopeUnavailable, "the request's tenant could not be determined", err), nil
 	}
 
 	var (
@@ -55,27 +57,26 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		body, tooLarge = req.BodyBytes, int64(len(req.BodyBytes)) > e.cfg.maxRequest
 	}
 	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
-		return e.reject(ctx, "rejected", req.Route, ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
-			"the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes"), nil
+		return e.reject(ctx, route, ProblemBodyTooLarge, "the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes", nil), nil
 	}
 	if err != nil {
 		// The client went away or sent a broken body; nothing was claimed.
-		return e.reject(ctx, "rejected", req.Route, ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), nil
+		return e.reject(ctx, route, ProblemBodyUnreadable, "the request body could not be read", e.scrub(err, key)), nil
 	}
 
 	claim := ClaimRequest{
 		Scope:  scope,
 		Key:    key,
 		Method: method,
-		Route:  req.Route,
+		Route:  route,
 		Fingerprint: Fingerprint(FingerprintInput{
-			Method: method, Route: req.Route, Target: req.Target, Body: body,
+			Method: method, Route: route, Target: req.Target, Body: body,
 			Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
 		}),
 		Lease:     e.cfg.lease,
 		Retention: e.cfg.retention,
 	}
-	d := &Decision{Key: key, Scope: scope, BodyRead: read, eng: e, route: req.Route}
+	d := &Decision{Key: key, Scope: scope, BodyRead: read, eng: e, route: route}
 	if read {
 		d.Body = body
 	}
@@ -106,21 +107,18 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		if err != nil && ctx.Err() != nil {
 			// The client went away before the claim: not a store failure,
 			// and nothing was claimed. The answer goes nowhere.
-			e.observe(Event{Kind: "canceled", Scope: scope, Route: req.Route, Duration: took, Err: err})
-			e.log(ctx, slog.LevelInfo, "canceled", key, scope, req.Route, slog.Any("err", err))
-			d.Outcome = Reject
-			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
-				"the request was cancelled before it was processed")
+			err = e.scrub(err, key)
+			e.observe(Event{Kind: EventCanceled, Problem: ProblemCanceled, Scope: scope, Route: route, Status: StatusClientClosedRequest, Duration: took, Err: err})
+			e.log(ctx, slog.LevelInfo, "canceled", key, scope, route, slog.Any("err", err))
+			d.answer(Reject, ProblemCanceled, e.Problem(ProblemCanceled, "the request was cancelled before it was processed"))
 			return d, nil
 		}
 		if err != nil {
-			err = fmt.Errorf("idem: claim: %w", err)
-			e.observe(Event{Kind: "store_error", Scope: scope, Route: req.Route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
-			e.log(ctx, slog.LevelError, "store_error", key, scope, req.Route, slog.Any("err", err))
-			d.Outcome = Reject
-			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemStoreUnavailable, http.StatusServiceUnavailable,
-				"the idempotency store could not be reached; the request was not processed")
-			d.Response.Header.Set("Retry-After", "1")
+			err = e.scrub(fmt.Errorf("idem: claim: %w", err), key)
+			e.observe(Event{Kind: EventStoreError, Problem: ProblemStoreUnavailable, Scope: scope, Route: route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
+			e.log(ctx, slog.LevelError, "store_error", key, scope, route, slog.Any("err", err))
+			d.answer(Reject, ProblemStoreUnavailable, e.Problem(ProblemStoreUnavailable,
+				"the idempotency store could not be reached; the request was not processed"))
 			return d, err
 		}
 		if res.Claimed {
@@ -128,33 +126,38 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store, fresh: res.Fresh}}
 			d.lease = &d.own.lease
 			d.startHeartbeat(sent)
-			e.observe(Event{Kind: "claim", Scope: scope, Route: req.Route, Duration: took})
-			e.log(ctx, slog.LevelInfo, "claim", key, scope, req.Route, slog.Int64("token", res.Record.Token))
+			e.observe(Event{Kind: EventClaim, Scope: scope, Route: route, Duration: took})
+			e.log(ctx, slog.LevelInfo, "claim", key, scope, route, slog.Int64("token", res.Record.Token))
 			return d, nil
 		}
 		rec := res.Record
-		if rec.Method != method || rec.Route != req.Route || rec.Fingerprint != claim.Fingerprint {
-			e.observe(Event{Kind: "mismatch", Scope: scope, Route: req.Route, Status: http.StatusUnprocessableEntity, Duration: took})
-			e.log(ctx, slog.LevelWarn, "mismatch", key, scope, req.Route)
-			d.Outcome = Reject
-			d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemPayloadMismatch, http.StatusUnprocessableEntity,
-				"this idempotency key was already used with a different request; use a new key for a new request")
+		if rec.Method != method || rec.Route != claim.Route || rec.Fingerprint != claim.Fingerprint {
+			if legacy, ok := legacyClaim(claim, rec, req.Route, req.Target, body, &req, e); ok {
+				// Written by a release that recorded the framework's own
+				// spelling of the route: the same request. Claim it (or
+				// read it) under its recorded identity.
+				claim = legacy
+				continue
+			}
+			e.observe(Event{Kind: EventMismatch, Problem: ProblemPayloadMismatch, Scope: scope, Route: route, Status: http.StatusUnprocessableEntity, Duration: took})
+			e.log(ctx, slog.LevelWarn, "mismatch", key, scope, route)
+			d.answer(Reject, ProblemPayloadMismatch, e.Problem(ProblemPayloadMismatch,
+				"this idempotency key was already used with a different request; use a new key for a new request"))
 			return d, nil
 		}
 		if rec.Status == StatusCompleted && rec.Response != nil {
 			if rec.Response.NotRetained {
-				e.observe(Event{Kind: "not_retained", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
-				e.log(ctx, slog.LevelInfo, "not_retained", key, scope, req.Route)
-				d.Outcome = Reject
-				d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemNotRetained, http.StatusConflict,
+				e.observe(Event{Kind: EventNotRetained, Problem: ProblemNotRetained, Scope: scope, Route: route, Status: http.StatusConflict, Duration: took})
+				e.log(ctx, slog.LevelInfo, "not_retained", key, scope, route)
+				d.answer(Reject, ProblemNotRetained, e.Problem(ProblemNotRetained,
 					"the request with this key completed with status "+strconv.Itoa(rec.Response.Status)+
-						" but its response was too large or streamed to keep; it will not be run again")
+						" but its response was too large or streamed to keep; it will not be run again"))
 				return d, nil
 			}
 			d.Outcome = Replay
 			d.Response = replayResponse(rec.Response)
-			e.observe(Event{Kind: "replay", Scope: scope, Route: req.Route, Status: d.Response.Status, Duration: took})
-			e.log(ctx, slog.LevelInfo, "replay", key, scope, req.Route, slog.Int("status", d.Response.Status))
+			e.observe(Event{Kind: EventReplay, Scope: scope, Route: route, Status: d.Response.Status, Duration: took})
+			e.log(ctx, slog.LevelInfo, "replay", key, scope, route, slog.Int("status", d.Response.Status))
 			return d, nil
 		}
 		// In flight (or failed/completed in a way the store did not let us
@@ -190,11 +193,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 			hint = left
 		}
 		retry := max(int64((hint+time.Second-1)/time.Second), 1)
-		e.observe(Event{Kind: "conflict", Scope: scope, Route: req.Route, Status: http.StatusConflict, Duration: took})
-		e.log(ctx, slog.LevelInfo, "conflict", key, scope, req.Route)
-		d.Outcome = Reject
-		d.Response = ProblemResponse(e.cfg.problemBaseURI, ProblemInFlight, http.StatusConflict,
-			"a request with this idempotency key is still being processed; retry after the indicated delay")
+		e.observe(Event{Kind: EventConflict, Problem: ProblemInFlight, Scope: scope, Route: route, Status: http.StatusConflict, Duration: took})
+		e.log(ctx, slog.LevelInfo, "conflict", key, scope, route)
+		d.answer(Reject, ProblemInFlight, e.Problem(ProblemInFlight,
+			"a request with this idempotency key is still being processed; retry after the indicated delay"))
 		d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
 		return d, nil
 	}
@@ -207,6 +209,9 @@ func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
 	if e.cfg.defaultScope {
 		if req.ScopeFunc != nil {
 			return req.ScopeFunc(ctx)
+		}
+		if req.Scope == "" && !e.cfg.sharedKeySpace {
+			return "", ErrNoScope
 		}
 		return req.Scope, nil
 	}
@@ -233,15 +238,45 @@ func isMaxBytesError(err error) bool {
 	return errors.As(err, &mbe)
 }
 
-func (e *Engine) bypass(req Request) *Decision {
-	e.observe(Event{Kind: "bypass", Route: req.Route})
+func (e *Engine) bypass(route string) *Decision {
+	e.observe(Event{Kind: EventBypass, Route: route})
 	return &Decision{Outcome: Bypass, eng: e}
 }
 
-func (e *Engine) reject(ctx context.Context, kind, route, problem string, status int, detail string) *Decision {
-	e.observe(Event{Kind: kind, Route: route, Status: status})
-	e.log(ctx, slog.LevelInfo, kind, "", "", route, slog.String("problem", problem), slog.Int("status", status))
-	return &Decision{Outcome: Reject, eng: e, Response: ProblemResponse(e.cfg.problemBaseURI, problem, status, detail)}
+// reject refuses a request before the claim. cause, when there is one, is
+// logged and reported in the event, never written to the client.
+func (e *Engine) reject(ctx context.Context, route, problem, detail string, cause error) *Decision {
+	resp := e.Problem(problem, detail)
+	e.observe(Event{Kind: EventRejected, Problem: problem, Route: route, Status: resp.Status, Err: cause})
+	level := slog.LevelInfo
+	attrs := []slog.Attr{slog.String("problem", problem), slog.Int("status", resp.Status)}
+	if cause != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Any("err", cause))
+	}
+	e.log(ctx, level, "rejected", "", "", route, attrs...)
+	return &Decision{Outcome: Reject, Problem: problem, eng: e, Response: resp}
+}
+
+// legacyClaim recognises a record written by a release that recorded the
+// route as the framework spelled it ("POST /v1/orders/{id}", "/v1/orders/:id")
+// rather than canonically: same method, that spelling, and the fingerprint
+// computed over it. It returns the claim to make under the recorded
+// identity, so a retry across the upgrade replays (or takes over a failed
+// record) instead of answering 422.
+func legacyClaim(claim ClaimRequest, rec Record, raw, target string, body []byte, req *Request, e *Engine) (ClaimRequest, bool) {
+	if raw == claim.Route || rec.Route != raw || rec.Method != claim.Method {
+		return claim, false
+	}
+	fp := Fingerprint(FingerprintInput{
+		Method: claim.Method, Route: raw, Target: target, Body: body,
+		Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
+	})
+	if fp != rec.Fingerprint {
+		return claim, false
+	}
+	claim.Route, claim.Fingerprint = raw, fp
+	return claim, true
 }
 
 // replayResponse marks the stored response replayed. The stored response

@@ -15,6 +15,10 @@ type Decision struct {
 	// shared with the store and must not be modified in place (an append
 	// to a value slice reallocates).
 	Response *Response
+	// Problem is the machine-readable reason of a Reject: a problem name
+	// (ProblemInFlight, ProblemPayloadMismatch, ...; LookupProblem gives
+	// its status and title). "" for Bypass, Proceed and Replay.
+	Problem string
 	// Body is the request body as Decide read it; the adapter hands it to
 	// the handler. BodyRead tells whether Decide consumed Request.Body at all.
 	Body     []byte
@@ -27,6 +31,11 @@ type Decision struct {
 	lease *Lease // &own.lease for Proceed, else nil
 	route string
 	own   *owner // Proceed only: replays and rejects stay one small allocation
+}
+
+// answer sets the decision's outcome and response.
+func (d *Decision) answer(o Outcome, problem string, resp *Response) {
+	d.Outcome, d.Problem, d.Response = o, problem, resp
 }
 
 // owner is the state of a Proceed decision, allocated once at the claim:

@@ -12,7 +12,21 @@
 // (ErrLeaseLost) because every write is conditional on its lease token.
 //
 // Adapters (nethttpidem, ginidem, echoidem, fiberidem) only translate: they
-// build a Request, call Decide, run the handler with a Recorder, and call
-// Commit or Abort. Every policy lives here. core uses the standard library
-// only.
+// build a Request and an Exchange (how to run the framework's chain with a
+// capture, write a response, call the user's error handler) and call
+// Engine.Serve, which owns the whole flow: Decide, the handler on the
+// lease's context, panic -> Abort + 500, Commit, the answer to a failed
+// commit. Every policy lives here too: outcomes carry a machine-readable
+// problem name (Decision.Problem, LookupProblem), observer events have typed
+// kinds (EventKind), and routes are recorded in canonical form
+// (CanonicalRoute), so a fleet mixing frameworks shares records.
+//
+// Tenancy fails closed: a request that names no scope is refused (401,
+// ErrNoScope) and adapters refuse to be built without a scope function,
+// unless the engine opts into one shared key space (WithSharedKeySpace).
+//
+// No idempotency key appears in what the engine logs, reports or returns:
+// keys are logged as a short hash (unless WithLogKeys), and errors from the
+// store are scrubbed of the key before they are logged, observed or handed
+// to an error handler. core uses the standard library only.
 package core

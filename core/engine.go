@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -47,6 +48,26 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	}
 	cfg.replayHeaders = canon
 	return &Engine{store: store, cfg: cfg}, nil
+}
+
+// ErrNoScope refuses (401) a request that names no tenant on an engine
+// without WithScope or WithSharedKeySpace: idem fails closed rather than
+// put every client into one key space.
+var ErrNoScope = errors.New("idem: the request has no scope (tenant); set a scope function " +
+	"(the adapter's WithScope, or core.WithScope), or opt into one key space shared by all clients with core.WithSharedKeySpace()")
+
+// CheckScope is called by adapter constructors: it returns an error naming
+// option (the adapter's scope option, e.g. "nethttpidem.WithScope") unless
+// records will be keyed per tenant (adapterScope: that option was given
+// with a function; or the engine has WithScope) or the engine explicitly
+// shares one key space (WithSharedKeySpace).
+func (e *Engine) CheckScope(option string, adapterScope bool) error {
+	if adapterScope || !e.cfg.defaultScope || e.cfg.sharedKeySpace {
+		return nil
+	}
+	return fmt.Errorf("idem: no scope function: without one every client shares one key space, and client B "+
+		"sending client A's key gets A's stored response; set %s (or core.WithScope on the engine), "+
+		"or opt into a shared key space with core.WithSharedKeySpace()", option)
 }
 
 // Store returns the engine's store.
@@ -170,3 +191,28 @@ func (e *Engine) redact(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:6])
 }
+
+// scrub returns err with every occurrence of key in its message replaced by
+// the key's redacted form, so that a store error quoting the key cannot
+// carry it into a log line, an event or an error handler. errors.Is and
+// errors.As still see the original chain. Keys shorter than 8 bytes are
+// left alone: replacing them would garble messages, and such keys are not
+// secrets worth the name.
+func (e *Engine) scrub(err error, key string) error {
+	if err == nil || len(key) < 8 || e.cfg.logKeys {
+		return err
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, key) {
+		return err
+	}
+	return &scrubbedError{msg: strings.ReplaceAll(msg, key, e.redact(key)), err: err}
+}
+
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (s *scrubbedError) Error() string { return s.msg }
+func (s *scrubbedError) Unwrap() error { return s.err }

@@ -27,7 +27,7 @@ const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
 
 func newEngine(t *testing.T, s core.Store, opts ...core.Option) *core.Engine {
 	t.Helper()
-	eng, err := core.New(s, opts...)
+	eng, err := core.New(s, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	require.NoError(t, err)
 	return eng
 }
@@ -908,7 +908,7 @@ func TestObserver(t *testing.T) {
 	var kinds []string
 	eng := newEngine(t, memstore.New(), core.WithObserver(func(ev core.Event) {
 		mu.Lock()
-		kinds = append(kinds, ev.Kind)
+		kinds = append(kinds, string(ev.Kind))
 		mu.Unlock()
 	}))
 	ctx := context.Background()

@@ -168,7 +168,8 @@ func (d *Decision) heartbeatLoop() {
 			expiry.Reset(lease - e.cfg.now().Sub(lastOK))
 			continue
 		}
-		e.observe(Event{Kind: "heartbeat_error", Scope: d.Scope, Route: d.route, Err: err})
+		err = e.scrub(err, d.Key)
+		e.observe(Event{Kind: EventHeartbeatError, Scope: d.Scope, Route: d.route, Err: err})
 		e.log(context.Background(), slog.LevelWarn, "heartbeat_error", d.Key, d.Scope, d.route, slog.Any("err", err))
 		switch {
 		case errors.Is(err, ErrLeaseLost):

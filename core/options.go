@@ -61,20 +61,6 @@ var neverReplayed = map[string]bool{
 // (scope, key): two tenants sending the same key never share a record.
 type ScopeFunc func(ctx context.Context, r *Request) (string, error)
 
-// Event is reported to the observer for each decision and commit.
-type Event struct {
-	// Kind is one of: "bypass", "claim", "replay", "conflict", "mismatch",
-	// "not_retained", "rejected", "store_error", "canceled" (the client went
-	// away before the claim), "commit", "fail", "abort",
-	// "lease_lost", "heartbeat_error".
-	Kind     string
-	Scope    string
-	Route    string
-	Status   int           // response status, when there is one
-	Duration time.Duration // time spent in the store call(s)
-	Err      error
-}
-
 type config struct {
 	header         string
 	required       bool
@@ -89,6 +75,7 @@ type config struct {
 	canonicalJSON  bool
 	scope          ScopeFunc
 	defaultScope   bool // scope is requestScope: Decide calls it directly
+	sharedKeySpace bool // WithSharedKeySpace: a request without a scope uses ""
 	wait           time.Duration
 	waitPoll       time.Duration
 	now            func() time.Time
@@ -203,10 +190,27 @@ func WithCanonicalJSON(on bool) Option {
 }
 
 // WithScope sets the function giving a request's tenant. An error refuses the
-// request with 401 and runs nothing. Default: Request.ScopeFunc if set, else
-// Request.Scope ("" when none).
+// request with 401 and runs nothing (the error is logged and reported in the
+// observer's event). Records are keyed by (scope, key), so two tenants
+// sending the same key never share a record.
+//
+// Default: the adapter's scope option (it sets Request.ScopeFunc), else
+// Request.Scope. A request that has neither is refused with 401 (ErrNoScope)
+// unless WithSharedKeySpace is set: idem fails closed on tenancy. A nil f is
+// an error from New.
 func WithScope(f ScopeFunc) Option {
 	return optionFunc(func(c *config) { c.scope, c.defaultScope = f, false })
+}
+
+// WithSharedKeySpace puts every request that names no tenant into one key
+// space shared by all clients (scope ""). The risk: client B sending client
+// A's key with the same request gets A's stored response, and keys are often
+// guessable (order ids, timestamps). Use it only when one process serves one
+// client (a single-tenant service, a job runner, a demo), or when the key
+// itself is a server-issued secret. Default: off (a request with no scope is
+// refused with 401, and adapters refuse to be built without a scope option).
+func WithSharedKeySpace() Option {
+	return optionFunc(func(c *config) { c.sharedKeySpace = true })
 }
 
 // WithWait makes a duplicate that arrives while the first request is in

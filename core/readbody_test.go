@@ -18,7 +18,7 @@ import (
 // together with io.EOF.
 func TestDecideReadsBodyExactly(t *testing.T) {
 	const limit = 2000
-	eng, err := core.New(memstore.New(), core.WithMaxRequestBytes(limit))
+	eng, err := core.New(memstore.New(), core.WithMaxRequestBytes(limit), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,18 @@ type Recorder struct {
 	sent        bool
 }
 
-// NewRecorder wraps w, keeping up to maxBytes of body for replay.
+// NewRecorder wraps w, keeping up to maxBytes of body for replay. Headers
+// outer middleware already set on w (Vary: Origin, X-Request-Id) start in
+// the recorder's map, so the handler sees them and may change or delete
+// them, as without idem; the recorder's map replaces w's only with the
+// handler's response, never with a problem written in its place.
 func NewRecorder(w http.ResponseWriter, maxBytes int) *Recorder {
-	return &Recorder{w: w, max: maxBytes, header: make(http.Header)}
+	outer := w.Header()
+	h := make(http.Header, len(outer)+2)
+	for k, v := range outer {
+		h[k] = append([]string(nil), v...)
+	}
+	return &Recorder{w: w, max: maxBytes, header: h}
 }
 
 // Header returns the header map the handler writes to.
@@ -140,8 +149,15 @@ func (r *Recorder) startPassthrough() error {
 	}
 	r.passthrough = true
 	r.sent = true
-	copyHeader(r.w.Header(), r.snapshotOrHeader())
-	r.header = r.w.Header() // later header writes (trailers) go straight out
+	out := r.w.Header()
+	snap := r.snapshotOrHeader()
+	for k := range out {
+		if _, ok := snap[k]; !ok {
+			delete(out, k) // deleted by the handler
+		}
+	}
+	copyHeader(out, snap)
+	r.header = out // later header writes (trailers) go straight out
 	r.w.WriteHeader(r.statusOr200())
 	if r.buf.Len() > 0 {
 		_, err := r.w.Write(r.buf.Bytes())
@@ -186,6 +202,13 @@ func (r *Recorder) Send() error {
 	}
 	r.sent = true
 	res := r.Result()
+	// What the handler deleted from the headers it inherited stays deleted.
+	out := r.w.Header()
+	for k := range out {
+		if _, ok := res.Header[k]; !ok {
+			delete(out, k)
+		}
+	}
 	if !r.hasTrailers() {
 		return WriteResponse(r.w, &res)
 	}

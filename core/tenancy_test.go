@@ -84,13 +84,17 @@ func newTenancyEnv(t *testing.T, store *memstore.Store, block <-chan struct{}, o
 		fmt.Fprintf(w, `{"user":%q,"secret":"private-data-of-%s","run":%d,"relay":%q,"body_len":%d}`,
 			user, user, n, core.RelayKey(r.Context(), "provider"), len(body))
 	})
-	mux := http.NewServeMux()
-	mux.Handle("POST /pay", nethttpidem.Middleware(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+	mw, err := nethttpidem.New(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
 		if u := r.Header.Get("X-User-ID"); u != "" {
 			return u, nil
 		}
 		return "", errors.New("no user")
-	}))(h))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /pay", mw(h))
 	srv := httptest.NewServer(mux)
 	tr := &http.Transport{}
 	env.url = srv.URL

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/echoidem"
 )
 
 const benchBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -43,7 +42,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	}
 	newEngine := func(b *testing.B) *core.Engine {
-		eng, err := core.New(memstore.New())
+		eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -58,7 +57,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 	b.Run("idem-first", func(b *testing.B) {
-		e := newEcho(echoidem.Middleware(newEngine(b)))
+		e := newEcho(mw(newEngine(b)))
 		keys := make([]string, 0, 1<<16)
 		for i := range cap(keys) {
 			keys = append(keys, "key-"+strconv.Itoa(i))
@@ -68,7 +67,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		for b.Loop() {
 			if i == len(keys) { // keep keys fresh without timing their creation
 				b.StopTimer()
-				e = newEcho(echoidem.Middleware(newEngine(b)))
+				e = newEcho(mw(newEngine(b)))
 				i = 0
 				b.StartTimer()
 			}
@@ -77,7 +76,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 	b.Run("idem-replay", func(b *testing.B) {
-		e := newEcho(echoidem.Middleware(newEngine(b)))
+		e := newEcho(mw(newEngine(b)))
 		serve(b, e, "the-key")
 		b.ReportAllocs()
 		for b.Loop() {

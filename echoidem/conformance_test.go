@@ -20,7 +20,7 @@ var adapter = idemtest.Adapter{
 	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
-		mw := echoidem.Middleware(eng, echoidem.WithScope(func(c echo.Context) (string, error) {
+		mw := mw(eng, echoidem.WithScope(func(c echo.Context) (string, error) {
 			return c.Request().Header.Get(idemtest.ScopeHeader), nil
 		}))
 		for _, rt := range routes {

@@ -1,11 +1,14 @@
 // Package echoidem adapts idem to Echo (github.com/labstack/echo/v4).
 //
-// Middleware runs a handler at most once per (scope, Idempotency-Key):
+// New builds the middleware that runs a handler at most once per (scope, Idempotency-Key):
 // the first request claims the key and runs the handler, a retry of the
 // same request gets the stored response again (marked
 // Idempotent-Replayed: true), a concurrent duplicate gets 409, and the same
 // key with a different request gets 422. All of that is decided by the
-// engine in package core; this package only translates Echo's context.
+// engine in package core, and so is the flow around the handler
+// (core.Engine.Serve); this package only translates Echo's context. New
+// fails without a scope function (WithScope) unless the engine opted into
+// core.WithSharedKeySpace.
 //
 // Register the middleware with Echo#Use, Group#Use or per route, never with
 // Echo#Pre: the route template from c.Path() is part of the request

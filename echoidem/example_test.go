@@ -28,19 +28,23 @@ func createPayment(c echo.Context) error {
 	return c.JSON(http.StatusCreated, map[string]string{"id": "pay_1"})
 }
 
-func ExampleMiddleware() {
+func ExampleNew() {
 	eng, err := core.New(memstore.New()) // pgstore.New(pool) in production
 	if err != nil {
 		log.Fatal(err)
 	}
 	e := echo.New()
 	e.Use(auth)
-	idem := echoidem.Middleware(eng, echoidem.WithScope(func(c echo.Context) (string, error) {
+	// Records are keyed by (user, key): without a scope New fails.
+	idem, err := echoidem.New(eng, echoidem.WithScope(func(c echo.Context) (string, error) {
 		if user, _ := c.Get("user").(string); user != "" {
 			return user, nil
 		}
-		return "", errors.New("unauthenticated")
+		return "", errors.New("unauthenticated") // answered 401
 	}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	e.POST("/v1/payments", createPayment, idem)
 
 	// A request and its retry: the handler runs once, the retry is a replay.

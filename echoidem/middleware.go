@@ -1,13 +1,11 @@
 package echoidem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"runtime/debug"
 
 	"github.com/labstack/echo/v4"
 
@@ -39,10 +37,16 @@ type config struct {
 
 // WithScope sets the function returning the request's tenant, for example
 // the user ID an auth middleware stored with c.Set. It is called only for
-// requests idem protects; an error answers 401 (problem scope-unavailable).
-// Default (and with a nil f): every request shares the scope "".
+// requests idem protects; an error answers 401 (problem scope-unavailable;
+// the error is logged and in the observer's event). Required: New fails
+// without it (a nil f counts as without), unless the engine has
+// core.WithScope or core.WithSharedKeySpace.
 func WithScope(f func(c echo.Context) (string, error)) Option {
-	return optionFunc(func(cfg *config) { cfg.scope = f })
+	return optionFunc(func(cfg *config) {
+		if f != nil {
+			cfg.scope = f
+		}
+	})
 }
 
 // WithSkipper sets Echo's usual skipper: requests it returns true for pass
@@ -68,37 +72,31 @@ func WithErrorHandler(h ErrorHandler) Option {
 	})
 }
 
-// errNoEngine is returned (inside a 500 *echo.HTTPError) by a middleware
-// built with a nil engine.
-var errNoEngine = errors.New("echoidem: middleware built without an engine")
-
-func skipNothing(echo.Context) bool { return false }
-
-func defaultErrorHandler(c echo.Context, _ error, fallback *core.Response) error {
-	if fallback == nil || c.Response().Committed {
-		return nil
-	}
-	_ = core.WriteResponse(c.Response(), fallback)
-	return nil
-}
-
-// Middleware returns Echo middleware that runs the next handler at most once
-// per (scope, key) and replays its response to retries. Register it with
+// New returns Echo middleware that runs the next handler at most once per
+// (scope, key) and replays its response to retries. Register it with
 // Echo#Use, Group#Use or on routes (not Echo#Pre: see the package
-// documentation). A nil engine answers every request with a 500 error.
-func Middleware(eng *core.Engine, opts ...Option) echo.MiddlewareFunc {
-	cfg := config{skipper: skipNothing, onError: defaultErrorHandler}
+// documentation). The route template (c.Path()) is part of the fingerprint,
+// in canonical form (core.CanonicalRoute).
+//
+// It fails without a scope (WithScope, or core.WithScope on the engine)
+// unless the engine opted into core.WithSharedKeySpace, and with a nil
+// engine.
+func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
+	if eng == nil {
+		return nil, errors.New("echoidem: engine is nil")
+	}
+	var cfg config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
+	if err := eng.CheckScope("echoidem.WithScope", cfg.scope != nil); err != nil {
+		return nil, err
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if eng == nil {
-				return &echo.HTTPError{Code: http.StatusInternalServerError, Message: http.StatusText(http.StatusInternalServerError), Internal: errNoEngine}
-			}
-			if cfg.skipper(c) {
+			if cfg.skipper != nil && cfg.skipper(c) {
 				return next(c)
 			}
 			r := c.Request()
@@ -113,9 +111,9 @@ func Middleware(eng *core.Engine, opts ...Option) echo.MiddlewareFunc {
 			if scope := cfg.scope; scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
 			}
-			return serve(eng, &cfg, next, c, req)
+			return eng.Serve(r.Context(), req, &exchange{c: c, next: next, onError: cfg.onError})
 		}
-	}
+	}, nil
 }
 
 // bodyLimitReader reports Echo's BodyLimit overflow (middleware.BodyLimit
@@ -135,93 +133,82 @@ func (b bodyLimitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func serve(eng *core.Engine, cfg *config, next echo.HandlerFunc, c echo.Context, req core.Request) error {
-	r := c.Request()
-	d, err := eng.Decide(r.Context(), req)
-	if err != nil {
-		return cfg.onError(c, err, d.Response)
-	}
-	if d.BodyRead {
-		body := d.Body
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
-	switch d.Outcome {
-	case core.Bypass:
-		return next(c)
-	case core.Replay, core.Reject:
-		_ = core.WriteResponse(c.Response(), d.Response)
-		return nil
-	}
+// exchange translates one request for core.Engine.Serve.
+type exchange struct {
+	c       echo.Context
+	next    echo.HandlerFunc
+	onError ErrorHandler
+	rec     *core.Recorder // Proceed only
+}
 
+func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+	c := x.c
+	if d == nil {
+		return x.next(c)
+	}
+	r := c.Request()
+	d.RestoreBody(r)
 	res := c.Response()
 	orig := res.Writer
-	rec := core.NewRecorder(orig, eng.MaxResponseBytes())
-	// Headers outer middleware already set (X-Request-Id, Vary, CORS) stay
-	// visible to the handler through c.Response().Header(), as without idem.
-	for k, v := range orig.Header() {
-		rec.Header()[k] = append([]string(nil), v...)
-	}
-	ctx := d.Context(r.Context())
-	res.Writer = rec
+	x.rec = core.NewRecorder(orig, d.MaxResponseBytes())
+	res.Writer = x.rec
 	c.SetRequest(r.WithContext(ctx))
-	// restore hands echo back its own writer and outer middleware the
-	// request whose context is not the (soon cancelled) lease context.
-	restore := func() {
+	defer func() {
+		// echo gets its own writer back, and outer middleware the request
+		// whose context is not the (soon cancelled) lease context.
 		res.Writer = orig
 		c.SetRequest(r)
-	}
-
-	completed := false
-	defer func() {
-		if completed {
-			return
-		}
-		p := recover()
-		restore()
-		cause := fmt.Errorf("echoidem: handler panicked: %v\n%s", p, debug.Stack())
-		_ = eng.Abort(ctx, d, cause)
-		if p == http.ErrAbortHandler || rec.Streaming() { //nolint:errorlint // sentinel compared as net/http does
-			// The response is half out; let net/http drop the connection.
-			panic(http.ErrAbortHandler)
-		}
-		resp := eng.PanicResponse()
-		if ok, _ := rec.SendInstead(resp); ok {
-			sent(res, resp.Status, len(resp.Body))
-		}
 	}()
-	if herr := next(c); herr != nil {
-		// Render the error now, into the recorder: what is stored is what
-		// the client sees. Echo must not render it again, so return nil.
+	herr := x.next(c)
+	if herr != nil {
+		// Render the error now, into the capture: what is stored is what
+		// the client sees. Echo must not render it again: Serve returns nil.
 		c.Error(herr)
 	}
-	completed = true
-	restore()
+	return herr
+}
 
-	result := rec.Result()
-	if err := eng.Commit(ctx, d, result); err != nil {
-		if rec.Streaming() {
-			return nil
-		}
-		// The handler's response is still buffered in rec and never goes
-		// out: echo's writer is pristine again for the error response.
-		res.Committed = false
-		res.Status = http.StatusOK
-		res.Size = 0
-		return cfg.onError(c, err, eng.CommitErrorResponse(err))
-	}
-	if rec.Streaming() {
+func (x *exchange) Captured() core.Response { return x.rec.Result() }
+
+func (x *exchange) Send() error {
+	res := x.c.Response()
+	if x.rec.Streaming() {
 		// Already out (flushed, hijacked or too large); echo.Response saw the
 		// writes, except a flush before any of them.
 		if !res.Committed {
-			sent(res, rec.Status(), int(res.Size))
+			sent(res, x.rec.Status(), int(res.Size))
 		}
 		return nil
 	}
-	_ = rec.Send()
+	result := x.rec.Result()
+	err := x.rec.Send()
 	sent(res, result.Status, len(result.Body))
-	return nil
+	return err
+}
+
+// Discard makes echo's writer pristine again: the handler's writes went
+// into the capture, which is dropped.
+func (x *exchange) Discard() bool {
+	if x.rec != nil && x.rec.Streaming() {
+		return false
+	}
+	res := x.c.Response()
+	res.Committed = false
+	res.Status = http.StatusOK
+	res.Size = 0
+	return true
+}
+
+func (x *exchange) Write(resp *core.Response) error {
+	return core.WriteResponse(x.c.Response(), resp)
+}
+
+func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+	if x.onError == nil {
+		return false, nil
+	}
+	rerr := x.onError(x.c, err, fallback)
+	return rerr != nil || x.c.Response().Committed, rerr
 }
 
 // sent makes echo.Response describe a response written past it (straight to

@@ -39,7 +39,7 @@ func newServer(t *testing.T, store core.Store, engOpts ...core.Option) *server {
 	if store == nil {
 		store = memstore.New()
 	}
-	eng, err := core.New(store, engOpts...)
+	eng, err := core.New(store, append([]core.Option{core.WithSharedKeySpace()}, engOpts...)...)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
@@ -200,7 +200,7 @@ func TestNativeResponsesReplayIdentically(t *testing.T) {
 			s.e.POST("/v1/payments", func(c echo.Context) error {
 				runs.Add(1)
 				return tc.handler(c)
-			}, echoidem.Middleware(s.eng))
+			}, mw(s.eng))
 			s.start()
 
 			first := s.do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
@@ -240,7 +240,7 @@ func TestHTTPErrorStoredAsClientSawIt(t *testing.T) {
 	s.e.POST("/v1/payments", func(echo.Context) error {
 		runs.Add(1)
 		return echo.NewHTTPError(http.StatusBadRequest, "bad")
-	}, echoidem.Middleware(s.eng, tenantScope()))
+	}, mw(s.eng, tenantScope()))
 	s.start()
 
 	first := s.do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme")
@@ -276,7 +276,7 @@ func TestCustomHTTPErrorHandlerIsUsed(t *testing.T) {
 	s.e.POST("/x", func(echo.Context) error {
 		runs.Add(1)
 		return errors.New("boom")
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 	first := s.do("POST", "/x", "k", "")
 	if first.status != http.StatusTeapot || string(first.body) != "custom: boom" {
@@ -296,7 +296,7 @@ func TestPlainErrorIsRetryable(t *testing.T) {
 			return errors.New("x")
 		}
 		return c.JSON(http.StatusCreated, map[string]string{"id": "p_1"})
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 
 	first := s.do("POST", "/v1/payments", "k", `{"amount":1}`)
@@ -327,7 +327,7 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 		case <-time.After(10 * time.Second):
 		}
 		return c.JSON(http.StatusCreated, map[string]string{"id": "p_1"})
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 
 	const n = 100
@@ -405,7 +405,7 @@ func TestPanicAnswers500AndKeyIsRetryable(t *testing.T) {
 			panic("boom")
 		}
 		return c.JSON(http.StatusCreated, map[string]string{"id": "p_1"})
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 
 	first := s.do("POST", "/v1/payments", "k", `{}`)
@@ -443,7 +443,7 @@ func TestPanicAfterStreamingDropsConnection(t *testing.T) {
 		_, _ = c.Response().Write([]byte("part one"))
 		c.Response().Flush()
 		panic("mid-stream")
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 
 	_, err := s.send("POST", "/stream", "k", "")
@@ -472,7 +472,7 @@ func TestStreamedResponseIsNotRetained(t *testing.T) {
 			c.Response().Flush()
 		}
 		return nil
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 	first := s.do("POST", "/stream", "k", "")
 	if first.status != 200 || string(first.body) != "chunk 0\nchunk 1\nchunk 2\n" {
@@ -493,7 +493,7 @@ func TestSkipper(t *testing.T) {
 	s.e.POST("/webhook", func(c echo.Context) error {
 		runs.Add(1)
 		return c.String(http.StatusOK, "ok")
-	}, echoidem.Middleware(s.eng, echoidem.WithSkipper(func(c echo.Context) bool {
+	}, mw(s.eng, echoidem.WithSkipper(func(c echo.Context) bool {
 		return c.Request().Header.Get("X-Internal") == "1"
 	})))
 	s.start()
@@ -531,7 +531,7 @@ func TestScope(t *testing.T) {
 			return next(c)
 		}
 	}
-	mw := echoidem.Middleware(s.eng, echoidem.WithScope(func(c echo.Context) (string, error) {
+	mw := mw(s.eng, echoidem.WithScope(func(c echo.Context) (string, error) {
 		scopeCalls.Add(1)
 		u, ok := c.Get("user").(string)
 		if !ok {
@@ -600,8 +600,8 @@ func TestContextBodyAndEchoState(t *testing.T) {
 		}
 		rid := c.Response().Header().Get(echo.HeaderXRequestID)
 		return c.String(http.StatusCreated, key+"|"+c.Param("id")+"|"+string(body)+"|"+rid)
-	}, echoidem.Middleware(s.eng))
-	s.e.POST("/empty", func(echo.Context) error { return nil }, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
+	s.e.POST("/empty", func(echo.Context) error { return nil }, mw(s.eng))
 	s.start()
 
 	r := s.do("POST", "/items/42", "the-key", `{"a":1}`)
@@ -619,8 +619,8 @@ func TestContextBodyAndEchoState(t *testing.T) {
 		t.Errorf("outer middleware saw %+v, want %+v", got, want)
 	}
 	rec, err := s.store.Get(context.Background(), "", "the-key")
-	if err != nil || rec.Route != "/items/:id" {
-		t.Errorf("stored route %q (%v), want the template /items/:id", rec.Route, err)
+	if err != nil || rec.Route != "/items/{id}" {
+		t.Errorf("stored route %q (%v), want the canonical template /items/{id}", rec.Route, err)
 	}
 	// Replay through echo's writer: outer middleware sees it as usual.
 	replay := s.do("POST", "/items/42", "the-key", `{"a":1}`)
@@ -703,7 +703,7 @@ func TestStoreFailures(t *testing.T) {
 				runs.Add(1)
 				c.SetCookie(&http.Cookie{Name: "a", Value: "b"})
 				return c.JSON(http.StatusCreated, map[string]int{"ok": 1})
-			}, echoidem.Middleware(s.eng, tc.opts...))
+			}, mw(s.eng, tc.opts...))
 			s.start()
 			r := s.do("POST", "/x", "k", "")
 			if r.status != tc.wantStatus {
@@ -728,12 +728,11 @@ func TestStoreFailures(t *testing.T) {
 
 func TestNilEngineAndNilOptions(t *testing.T) {
 	s := newServer(t, nil)
-	s.e.POST("/nil", func(c echo.Context) error { return c.String(200, "ran") }, echoidem.Middleware(nil))
 	s.e.POST("/opts", func(c echo.Context) error { return c.String(200, "ran") },
-		echoidem.Middleware(s.eng, nil, echoidem.WithScope(nil), echoidem.WithSkipper(nil), echoidem.WithErrorHandler(nil)))
+		mw(s.eng, nil, echoidem.WithScope(nil), echoidem.WithSkipper(nil), echoidem.WithErrorHandler(nil)))
 	s.start()
-	if r := s.do("POST", "/nil", "k", ""); r.status != 500 || string(r.body) == "ran" {
-		t.Errorf("nil engine: %v", r)
+	if m, err := echoidem.New(nil, echoidem.WithScope(func(echo.Context) (string, error) { return "u", nil })); err == nil || m != nil {
+		t.Errorf("New(nil) = %v, %v, want an error", m, err)
 	}
 	first := s.do("POST", "/opts", "k", "")
 	if first.status != 200 {
@@ -745,7 +744,7 @@ func TestNilEngineAndNilOptions(t *testing.T) {
 func TestRequestBodyTooLarge(t *testing.T) {
 	s := newServer(t, nil, core.WithMaxRequestBytes(8))
 	var runs atomic.Int32
-	s.e.POST("/x", func(c echo.Context) error { runs.Add(1); return c.NoContent(204) }, echoidem.Middleware(s.eng))
+	s.e.POST("/x", func(c echo.Context) error { runs.Add(1); return c.NoContent(204) }, mw(s.eng))
 	s.start()
 	r := s.do("POST", "/x", "k", `{"far":"too large"}`)
 	if r.status != http.StatusRequestEntityTooLarge || problemType(t, r) != core.ProblemBodyTooLarge || runs.Load() != 0 {
@@ -768,7 +767,7 @@ func TestResponseBeforeHooks(t *testing.T) {
 			return next(c)
 		}
 	})
-	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }, echoidem.Middleware(s.eng))
+	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }, mw(s.eng))
 	s.start()
 	first := s.do("POST", "/x", "k", "")
 	if first.status != 201 || first.header.Get("X-Served-By") != "hook" || hooks.Load() != 1 {
@@ -785,7 +784,7 @@ func TestResponseBeforeHooks(t *testing.T) {
 // requests to Echo when the middleware is registered with Echo#Use.
 func TestUseWithUnmatchedRouteSkipper(t *testing.T) {
 	s := newServer(t, nil)
-	s.e.Use(echoidem.Middleware(s.eng, echoidem.WithSkipper(func(c echo.Context) bool { return c.Path() == "" })))
+	s.e.Use(mw(s.eng, echoidem.WithSkipper(func(c echo.Context) bool { return c.Path() == "" })))
 	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") })
 	s.start()
 	if r := s.do("POST", "/nope", "", ""); r.status != http.StatusNotFound {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -35,7 +34,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			return errors.New("provider down") // 500: rolled back, retryable
 		}
 		return c.JSON(http.StatusCreated, map[string]int32{"run": n})
-	}, echoidem.Middleware(s.eng))
+	}, mw(s.eng))
 	s.start()
 
 	if r := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"); r.status != 500 {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/echoidem"
 )
 
 // Echo's own BodyLimit middleware, for a body without Content-Length
@@ -23,7 +22,7 @@ import (
 // body-too-large, not as a broken body (400 body-unreadable, "the client
 // went away"), and never run the handler.
 func TestReviewEchoBodyLimitIs413(t *testing.T) {
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +32,7 @@ func TestReviewEchoBodyLimitIs413(t *testing.T) {
 	e.POST("/pay", func(c echo.Context) error {
 		runs.Add(1)
 		return c.String(http.StatusCreated, "paid")
-	}, echoidem.Middleware(eng))
+	}, mw(eng))
 
 	for _, tc := range []struct {
 		name          string

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/fiberidem"
 )
 
 const benchBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -106,7 +105,7 @@ func replays(b *testing.B, s *benchServer) {
 }
 
 func benchEngine(b *testing.B) *core.Engine {
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -130,10 +129,10 @@ func BenchmarkMiddleware(b *testing.B) {
 		loop(b, func() { s.serve(b, nil) })
 	})
 	b.Run("fiberidem-first", func(b *testing.B) {
-		firstExecutions(b, func() *benchServer { return newBenchServer(fiberidem.New(benchEngine(b))) })
+		firstExecutions(b, func() *benchServer { return newBenchServer(mw(benchEngine(b))) })
 	})
 	b.Run("fiberidem-replay", func(b *testing.B) {
-		replays(b, newBenchServer(fiberidem.New(benchEngine(b))))
+		replays(b, newBenchServer(mw(benchEngine(b))))
 	})
 	// The engine alone (Decide, Context, Commit on memstore, no Fiber), with
 	// the request and response the adapter would hand it: what the adapter

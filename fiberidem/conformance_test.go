@@ -23,7 +23,7 @@ var adapter = idemtest.Adapter{
 	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
 		app := fiber.New(fiber.Config{DisableStartupMessage: true})
 		quickStop(app)
-		mw := fiberidem.New(eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
+		mw := mw(eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
 			return c.Get(idemtest.ScopeHeader), nil
 		}))
 		for _, rt := range routes {

@@ -3,7 +3,8 @@
 // (scope, Idempotency-Key), replays the recorded response to retries, and
 // refuses a key reused with a different request.
 //
-//	app.Post("/v1/payments", fiberidem.New(eng, fiberidem.WithScope(userID)), createPayment)
+//	idem, err := fiberidem.New(eng, fiberidem.WithScope(userID)) // required: records are per tenant
+//	app.Post("/v1/payments", idem, createPayment)
 //
 // The adapter only translates; every policy (which methods, key syntax,
 // fingerprint, what is stored, problem responses) is the engine's, see

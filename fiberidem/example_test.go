@@ -18,8 +18,13 @@ func Example() {
 		}
 		return "", errors.New("unauthenticated") // answered 401
 	}
+	// Records are keyed by (user, key): without a scope New fails.
+	idem, err := fiberidem.New(eng, fiberidem.WithScope(userID))
+	if err != nil {
+		panic(err)
+	}
 	app := fiber.New()
-	app.Post("/v1/payments", fiberidem.New(eng, fiberidem.WithScope(userID)), func(c *fiber.Ctx) error {
+	app.Post("/v1/payments", idem, func(c *fiber.Ctx) error {
 		// c.UserContext() carries the lease: core.RelayKey, pgstore.Tx.
 		chargeKey := core.RelayKey(c.UserContext(), "provider-charge")
 		return c.Status(fiber.StatusCreated).JSON(fiber.Map{"charge_key": chargeKey})

@@ -10,7 +10,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/fiberidem"
 )
 
 // TestEngineReadsHeaders covers the headers the engine reads through
@@ -34,7 +33,7 @@ func TestEngineReadsHeaders(t *testing.T) {
 				core.WithFingerprintHeaders("X-Amount-Currency"))
 			app := newApp(fiber.Config{DisableHeaderNormalizing: raw})
 			runs := 0
-			app.Post("/pay", fiberidem.New(eng), func(c *fiber.Ctx) error {
+			app.Post("/pay", mw(eng), func(c *fiber.Ctx) error {
 				runs++
 				return c.Status(fiber.StatusCreated).SendString("ok")
 			})

@@ -3,9 +3,8 @@ package fiberidem
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"errors"
 	"net/http"
-	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -19,10 +18,12 @@ import (
 // per (scope, key). Mount it on the routes it protects, so that c.Route()
 // is the handler's route:
 //
-//	app.Post("/v1/payments", fiberidem.New(eng, opts...), createPayment)
+//	idem, err := fiberidem.New(eng, fiberidem.WithScope(userID))
+//	app.Post("/v1/payments", idem, createPayment)
 //
 // It may also be registered with app.Use or Group.Use; see WithRoute for
-// how the route is then found.
+// how the route is then found. The route is part of the fingerprint, in
+// canonical form (core.CanonicalRoute).
 //
 // For a request idem lets proceed, the handler runs with c.UserContext()
 // carrying the lease (core.KeyFromContext, core.RelayKey, pgstore.Tx); its
@@ -34,20 +35,25 @@ import (
 // middleware (so that what is stored is what the client saw) and is not
 // returned up the chain: middleware registered before idem sees a nil error
 // and the rendered response.
-func New(eng *core.Engine, opts ...Option) fiber.Handler {
-	cfg := config{onError: defaultErrorHandler}
+//
+// It fails without a scope (WithScope, or core.WithScope on the engine)
+// unless the engine opted into core.WithSharedKeySpace, and with a nil
+// engine.
+func New(eng *core.Engine, opts ...Option) (fiber.Handler, error) {
+	if eng == nil {
+		return nil, errors.New("fiberidem: engine is nil")
+	}
+	var cfg config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
-	if eng == nil {
-		return func(*fiber.Ctx) error {
-			return fiber.NewError(fiber.StatusInternalServerError, "fiberidem: middleware built without an engine")
-		}
+	if err := eng.CheckScope("fiberidem.WithScope", cfg.scope != nil); err != nil {
+		return nil, err
 	}
 	m := &middleware{eng: eng, cfg: cfg, maxResponse: eng.MaxResponseBytes()}
-	return m.handle
+	return m.handle, nil
 }
 
 type middleware struct {
@@ -84,10 +90,6 @@ func segments(p string) int {
 	return strings.Count(p, "/") + 1
 }
 
-func defaultErrorHandler(c *fiber.Ctx, _ error, fallback *core.Response) error {
-	return writeResponse(c, fallback)
-}
-
 func (m *middleware) handle(c *fiber.Ctx) error {
 	if m.cfg.skip != nil && m.cfg.skip(c) {
 		return c.Next()
@@ -119,59 +121,72 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 			return strings.Clone(s), err
 		}
 	}
-	parent := c.UserContext()
-	d, err := m.eng.Decide(parent, req)
-	if err != nil {
-		var fallback *core.Response
-		if d != nil {
-			fallback = d.Response
-		}
-		return m.cfg.onError(c, err, fallback)
+	x := &exchange{m: m, c: c}
+	err := m.eng.Serve(c.UserContext(), req, x)
+	if x.saved != nil {
+		headerPool.Put(x.saved)
 	}
-	switch d.Outcome {
-	case core.Bypass:
-		return c.Next()
-	case core.Replay, core.Reject:
-		return writeResponse(c, d.Response)
-	}
-	return m.proceed(c, d, parent)
+	return err
 }
 
-func (m *middleware) proceed(c *fiber.Ctx, d *core.Decision, parent context.Context) (err error) {
-	ctx := d.Context(parent)
+// exchange translates one request for core.Engine.Serve.
+type exchange struct {
+	m     *middleware
+	c     *fiber.Ctx
+	saved *fasthttp.ResponseHeader // Proceed only: the headers before the handler
+}
+
+func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+	c := x.c
+	if d == nil {
+		return c.Next()
+	}
+	parent := c.UserContext()
 	c.SetUserContext(ctx)
+	// The lease context ends with the execution; outer middleware gets its
+	// own context back.
+	defer c.SetUserContext(parent)
 	// What earlier middleware put in the response (CORS, request ID) before
 	// calling us, so that a problem written instead of the handler's
 	// response keeps it but drops the handler's headers and cookies.
-	saved := snapshotHeader(&c.Response().Header)
-	completed := false
-	defer func() {
-		// The lease context ends with the execution; outer middleware gets
-		// its own context back.
-		c.SetUserContext(parent)
-		if !completed {
-			p := recover()
-			_ = m.eng.Abort(ctx, d, fmt.Errorf("fiberidem: handler panicked: %v\n%s", p, debug.Stack()))
-			replaceResponse(c, saved, m.eng.PanicResponse())
-			err = nil
-		}
-		headerPool.Put(saved)
-	}()
-
-	if herr := c.Next(); herr != nil {
+	x.saved = snapshotHeader(&c.Response().Header)
+	herr := c.Next()
+	if herr != nil {
 		// Render the error now, exactly as fiber would after the chain
 		// returns, so that the recorded response is the one the client gets.
 		if catch := c.App().ErrorHandler(c, herr); catch != nil {
 			_ = c.SendStatus(fiber.StatusInternalServerError)
 		}
 	}
-	completed = true
+	return herr
+}
 
-	if cerr := m.eng.Commit(ctx, d, m.capture(c)); cerr != nil {
-		restoreHeader(c, saved)
-		return m.cfg.onError(c, cerr, m.eng.CommitErrorResponse(cerr))
+func (x *exchange) Captured() core.Response { return x.m.capture(x.c) }
+
+// Send has nothing to do: fiber sends c.Response() once the chain returns.
+func (x *exchange) Send() error { return nil }
+
+// Discard drops the handler's response (headers, cookies, status, body or
+// body stream) and puts back the headers earlier middleware set. Nothing
+// has gone out before the chain returns, so it always succeeds.
+func (x *exchange) Discard() bool {
+	if x.saved != nil {
+		r := x.c.Response()
+		r.ResetBody()
+		x.saved.CopyTo(&r.Header)
 	}
-	return nil
+	return true
+}
+
+func (x *exchange) Write(resp *core.Response) error { return writeResponse(x.c, resp) }
+
+func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+	if x.m.cfg.onError == nil {
+		return false, nil
+	}
+	r := x.c.Response()
+	rerr := x.m.cfg.onError(x.c, err, fallback)
+	return rerr != nil || r.StatusCode() != fiber.StatusOK || len(r.Body()) > 0 || r.IsBodyStream(), rerr
 }
 
 // capture reads the response the handler left in c.Response(). Everything
@@ -230,10 +245,6 @@ const defaultContentType = "text/plain; charset=utf-8"
 // (pooled) buffer: a replay's body is the store's, and later middleware
 // may edit c.Response().Body() in place.
 func writeResponse(c *fiber.Ctx, resp *core.Response) error {
-	if resp == nil {
-		resp = core.ProblemResponse(core.ProblemBaseURI, core.ProblemStoreUnavailable, http.StatusServiceUnavailable,
-			"the idempotency store could not be reached; the request was not processed")
-	}
 	for k, vs := range resp.Header {
 		for i, v := range vs {
 			if i == 0 {
@@ -260,19 +271,6 @@ func snapshotHeader(h *fasthttp.ResponseHeader) *fasthttp.ResponseHeader {
 	}
 	h.CopyTo(s)
 	return s
-}
-
-// restoreHeader drops the handler's response (headers, cookies, status,
-// body or body stream) and puts back the headers earlier middleware set.
-func restoreHeader(c *fiber.Ctx, saved *fasthttp.ResponseHeader) {
-	r := c.Response()
-	r.ResetBody()
-	saved.CopyTo(&r.Header)
-}
-
-func replaceResponse(c *fiber.Ctx, saved *fasthttp.ResponseHeader, resp *core.Response) {
-	restoreHeader(c, saved)
-	_ = writeResponse(c, resp)
 }
 
 // methodOf returns the request method without aliasing fasthttp's buffer.

@@ -27,7 +27,7 @@ func newEngine(t *testing.T, store core.Store, opts ...core.Option) *core.Engine
 	if store == nil {
 		store = memstore.New()
 	}
-	eng, err := core.New(store, opts...)
+	eng, err := core.New(store, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestNativeHandlers(t *testing.T) {
 			var runs atomic.Int64
 			h := c.handler
 			app := newApp()
-			app.Post("/v1/payments", fiberidem.New(newEngine(t, nil), fiberidem.WithScope(tenantScope)),
+			app.Post("/v1/payments", mw(newEngine(t, nil), fiberidem.WithScope(tenantScope)),
 				func(ctx *fiber.Ctx) error { return h(runs.Add(1))(ctx) })
 			url := serve(t, app) + "/v1/payments"
 			cl := client(t, 0)
@@ -221,7 +221,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	var runs atomic.Int64
 	release := make(chan struct{})
 	app := newApp()
-	app.Post("/pay", fiberidem.New(newEngine(t, nil)), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(newEngine(t, nil)), func(c *fiber.Ctx) error {
 		runs.Add(1)
 		select {
 		case <-release:
@@ -295,7 +295,7 @@ func TestPanicReleasesKey(t *testing.T) {
 		c.Set("X-Request-ID", "req-1")
 		return c.Next()
 	})
-	app.Post("/pay", fiberidem.New(newEngine(t, nil)), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(newEngine(t, nil)), func(c *fiber.Ctx) error {
 		if runs.Add(1) == 1 {
 			c.Set("X-Handler", "half-done")
 			c.Cookie(&fiber.Cookie{Name: "sid", Value: "leak"})
@@ -379,7 +379,7 @@ func TestBufferReuse(t *testing.T) {
 				// fiberidem copies it.
 				return c.Status(fiber.StatusCreated).Send(c.Body())
 			}
-			mw := fiberidem.New(eng, fiberidem.WithScope(tenantScope))
+			mw := mw(eng, fiberidem.WithScope(tenantScope))
 			if mount == "use" {
 				app.Use(mw)
 				app.Add("POST", "/items/:id", handler)
@@ -415,7 +415,7 @@ func TestBufferReuse(t *testing.T) {
 
 			// Before A is sent again (which would rewrite the buffers with
 			// A's bytes), everything kept from A must still be A's.
-			wantRoute := "/items/:id"
+			wantRoute := "/items/{id}"
 			if mount == "use" {
 				wantRoute = "/items/1"
 			}
@@ -465,7 +465,7 @@ func TestUserContext(t *testing.T) {
 	})
 	var inKey, relay string
 	var inOuter bool
-	app.Post("/pay", fiberidem.New(newEngine(t, nil)), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(newEngine(t, nil)), func(c *fiber.Ctx) error {
 		inKey, _ = core.KeyFromContext(c.UserContext())
 		relay = core.RelayKey(c.UserContext(), "charge")
 		inOuter = c.UserContext().Value(ctxKey{}) == "outer"
@@ -489,7 +489,7 @@ func TestMountedAppErrorHandler(t *testing.T) {
 	sub := fiber.New(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
 		return c.Status(fiber.StatusTeapot).JSON(fiber.Map{"error": err.Error()})
 	}})
-	sub.Post("/pay", fiberidem.New(newEngine(t, nil)), func(*fiber.Ctx) error {
+	sub.Post("/pay", mw(newEngine(t, nil)), func(*fiber.Ctx) error {
 		runs.Add(1)
 		return errors.New("declined")
 	})
@@ -534,7 +534,7 @@ func TestStreamedAndTruncated(t *testing.T) {
 			var runs atomic.Int64
 			h := tc.handler
 			app := newApp()
-			app.Post("/dl", fiberidem.New(newEngine(t, nil, tc.opts...)), func(c *fiber.Ctx) error {
+			app.Post("/dl", mw(newEngine(t, nil, tc.opts...)), func(c *fiber.Ctx) error {
 				runs.Add(1)
 				return h(c)
 			})
@@ -582,7 +582,7 @@ func TestStoreFailures(t *testing.T) {
 	t.Run("claim-default", func(t *testing.T) {
 		var runs atomic.Int64
 		app := newApp()
-		app.Post("/pay", fiberidem.New(newEngine(t, &failingStore{Store: memstore.New(), claim: down})),
+		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), claim: down})),
 			func(c *fiber.Ctx) error { runs.Add(1); return c.SendString("ran") })
 		r := mustDo(t, client(t, 0), "POST", serve(t, app)+"/pay", "", "Idempotency-Key", "f1")
 		if r.Status != 503 || r.Header.Get("Content-Type") != "application/problem+json" || r.Header.Get("Retry-After") == "" || runs.Load() != 0 {
@@ -593,7 +593,7 @@ func TestStoreFailures(t *testing.T) {
 		var gotErr error
 		var gotFallback *core.Response
 		app := newApp()
-		app.Post("/pay", fiberidem.New(newEngine(t, &failingStore{Store: memstore.New(), claim: down}),
+		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), claim: down}),
 			fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *core.Response) error {
 				gotErr, gotFallback = err, fallback
 				return c.Status(fiber.StatusServiceUnavailable).SendString("try later")
@@ -610,7 +610,7 @@ func TestStoreFailures(t *testing.T) {
 			c.Set("Access-Control-Allow-Origin", "*")
 			return c.Next()
 		})
-		app.Post("/pay", fiberidem.New(newEngine(t, &failingStore{Store: memstore.New(), complete: down})),
+		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), complete: down})),
 			func(c *fiber.Ctx) error {
 				c.Set("Location", "/v1/payments/p_1")
 				c.Cookie(&fiber.Cookie{Name: "sid", Value: "x"})
@@ -634,12 +634,11 @@ func TestOptions(t *testing.T) {
 	h := func(c *fiber.Ctx) error { runs.Add(1); return c.SendString("ok") }
 	app := newApp()
 	eng := newEngine(t, nil)
-	app.Post("/skip", fiberidem.New(eng, fiberidem.WithSkip(func(c *fiber.Ctx) bool { return c.Get("X-Skip") == "1" })), h)
-	app.Post("/scope", fiberidem.New(eng, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "", errors.New("no user") })), h)
-	app.Post("/nil", fiberidem.New(eng, nil, fiberidem.WithScope(nil), fiberidem.WithSkip(nil), fiberidem.WithRoute(nil), fiberidem.WithErrorHandler(nil)), h)
-	app.Post("/route", fiberidem.New(eng, fiberidem.WithRoute(func(*fiber.Ctx) string { return "custom" })), h)
-	app.Post("/noengine", fiberidem.New(nil), h)
-	app.Get("/get", fiberidem.New(eng), h)
+	app.Post("/skip", mw(eng, fiberidem.WithSkip(func(c *fiber.Ctx) bool { return c.Get("X-Skip") == "1" })), h)
+	app.Post("/scope", mw(eng, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "", errors.New("no user") })), h)
+	app.Post("/nil", mw(eng, nil, fiberidem.WithScope(nil), fiberidem.WithSkip(nil), fiberidem.WithRoute(nil), fiberidem.WithErrorHandler(nil)), h)
+	app.Post("/route", mw(eng, fiberidem.WithRoute(func(*fiber.Ctx) string { return "custom" })), h)
+	app.Get("/get", mw(eng), h)
 	base := serve(t, app)
 	cl := client(t, 0)
 
@@ -664,8 +663,8 @@ func TestOptions(t *testing.T) {
 	if rec, err := eng.Store().Get(context.Background(), "", "k2"); err != nil || rec.Route != "custom" {
 		t.Errorf("custom route record: %+v %v", rec, err)
 	}
-	if r := mustDo(t, cl, "POST", base+"/noengine", "", "Idempotency-Key", "k"); r.Status != 500 {
-		t.Errorf("nil engine: %d %s", r.Status, r.Body)
+	if m, err := fiberidem.New(nil, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "u", nil })); err == nil || m != nil {
+		t.Errorf("New(nil) = %v, want an error", err)
 	}
 	if r := mustDo(t, cl, "GET", base+"/get", ""); r.Status != 200 {
 		t.Errorf("GET bypass: %d %s", r.Status, r.Body)
@@ -682,7 +681,7 @@ func TestUseMountedRoutes(t *testing.T) {
 	store := memstore.New()
 	app := newApp()
 	v1 := app.Group("/v1")
-	v1.Use(fiberidem.New(newEngine(t, store)))
+	v1.Use(mw(newEngine(t, store)))
 	v1.Post("/payments", func(c *fiber.Ctx) error { return c.Status(201).SendString("payment") })
 	v1.Post("/refunds", func(c *fiber.Ctx) error { return c.Status(201).SendString("refund") })
 	base := serve(t, app)
@@ -718,7 +717,7 @@ func TestReplayBodyEditedInPlace(t *testing.T) {
 		}
 		return err
 	})
-	app.Post("/pay", fiberidem.New(eng), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(eng), func(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusCreated).SendString("paid")
 	})
 	base := serve(t, app)

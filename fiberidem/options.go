@@ -43,7 +43,9 @@ type config struct {
 // It is called only for requests idem protects (after the method and key
 // checks). An error answers 401 and the handler does not run. The returned
 // string is copied, so returning c.Get(...) (which aliases fasthttp's
-// buffers) is safe. Default: every request shares the scope "".
+// buffers) is safe. The error is logged and in the observer's event.
+// Required: New fails without it (a nil f counts as without), unless the
+// engine has core.WithScope or core.WithSharedKeySpace.
 func WithScope(f func(c *fiber.Ctx) (string, error)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

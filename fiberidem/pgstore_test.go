@@ -7,7 +7,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/idemkit/idem/fiberidem"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -23,7 +22,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 
 	var runs atomic.Int32
 	app := newApp()
-	app.Post("/v1/payments", fiberidem.New(newEngine(t, store)), func(c *fiber.Ctx) error {
+	app.Post("/v1/payments", mw(newEngine(t, store)), func(c *fiber.Ctx) error {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.UserContext())
 		if err != nil {

@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/idemkit/idem/ginidem"
 )
 
 // benchRouter serves POST /v1/payments, behind idem when eng is set.
@@ -18,7 +16,7 @@ func benchRouter(b *testing.B, withIdem bool) *gin.Engine {
 	r := gin.New()
 	h := func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"id": "pay_1", "amount": 1000}) }
 	if withIdem {
-		r.POST("/v1/payments", ginidem.Middleware(newEngine(b)), h)
+		r.POST("/v1/payments", mw(newEngine(b)), h)
 	} else {
 		r.POST("/v1/payments", h)
 	}

@@ -19,7 +19,7 @@ var adapter = idemtest.Adapter{
 	Name: "gin",
 	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
 		r := gin.New()
-		mw := ginidem.Middleware(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
+		mw := mw(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
 			return c.GetHeader(idemtest.ScopeHeader), nil
 		}))
 		for _, rt := range routes {

@@ -1,5 +1,5 @@
-// Package ginidem adapts idem to gin: Middleware makes gin handlers safe to
-// retry with the Idempotency-Key header. The handler runs at most once per
+// Package ginidem adapts idem to gin: New builds middleware that makes gin
+// handlers safe to retry with the Idempotency-Key header. The handler runs at most once per
 // (scope, key); a retry of the same request gets the first response back,
 // byte for byte, marked Idempotent-Replayed: true; a concurrent duplicate
 // gets 409 and a retry with a different body under the same key 422.
@@ -15,9 +15,8 @@
 // (the scope usually comes from it) and before the handler:
 //
 //	eng, _ := core.New(store)
-//	r.POST("/v1/payments", auth, ginidem.Middleware(eng,
-//		ginidem.WithScope(func(c *gin.Context) (string, error) { return c.GetString("user"), nil }),
-//	), createPayment)
+//	idem, err := ginidem.New(eng, ginidem.WithScope(userFrom)) // required: records are per tenant
+//	r.POST("/v1/payments", auth, idem, createPayment)
 //
 // It may also be installed with r.Use; unmatched routes are then protected
 // under their path, and gin's own 404/405 answers are recorded like any other.
@@ -30,8 +29,10 @@
 // Handler errors: a chain that writes a response (c.AbortWithStatus,
 // c.AbortWithError, c.JSON, ...) has that response recorded and sent. A chain
 // that only records errors with c.Error and writes nothing is a failed
-// execution: the key is released for a retry and the response is left to an
-// error-rendering middleware registered outside this one. A panic releases the
+// execution, classified by the outcome policy as a 500 (by default the key is
+// released for a retry); the response is left to an error-rendering
+// middleware registered outside this one, with status 500 preset, so a chain
+// without one answers 500, never an empty 200. A panic releases the
 // key and answers a 500 problem; it is not re-raised (gin.Recovery sees
 // nothing; the panic is added to c.Errors for logging middleware) unless
 // part of the response had already gone out.

@@ -1,6 +1,7 @@
 package ginidem_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,10 +19,18 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// Records are keyed by (user, key): without a scope New fails.
+	idem, err := ginidem.New(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
+		if user := c.GetHeader("X-User-ID"); user != "" { // usually a value set by your auth middleware
+			return user, nil
+		}
+		return "", errors.New("unauthenticated") // answered 401
+	}))
+	if err != nil {
+		panic(err)
+	}
 	r := gin.New()
-	r.POST("/v1/payments", ginidem.Middleware(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
-		return c.GetHeader("X-User-ID"), nil // usually a value set by your auth middleware
-	})), func(c *gin.Context) {
+	r.POST("/v1/payments", idem, func(c *gin.Context) {
 		c.JSON(http.StatusCreated, gin.H{"id": "pay_1"})
 	})
 

@@ -21,7 +21,7 @@ func newEngine(tb testing.TB, opts ...core.Option) *core.Engine {
 
 func newEngineOn(tb testing.TB, s core.Store, opts ...core.Option) *core.Engine {
 	tb.Helper()
-	eng, err := core.New(s, opts...)
+	eng, err := core.New(s, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		tb.Fatalf("core.New: %v", err)
 	}

@@ -1,12 +1,9 @@
 package ginidem
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
+	"errors"
 	"net/http"
-	"runtime/debug"
 
 	"github.com/gin-gonic/gin"
 
@@ -20,31 +17,34 @@ var (
 	methodNotAllowedBody = []byte("405 method not allowed")
 )
 
-// Middleware returns gin middleware that runs the rest of the chain at most
-// once per (scope, key):
+// New returns gin middleware that runs the rest of the chain at most once
+// per (scope, key):
 //
-//	r.POST("/v1/payments", ginidem.Middleware(eng), createPayment)
+//	idem, err := ginidem.New(eng, ginidem.WithScope(userID))
+//	r.POST("/v1/payments", idem, createPayment)
 //
 // The route template (c.FullPath(), or the path for unmatched routes) is part
-// of the request fingerprint. A replay or a rejection is written with gin's
-// writer and the chain is aborted (c.Abort). A nil engine answers 500.
-func Middleware(eng *core.Engine, opts ...Option) gin.HandlerFunc {
-	cfg := config{onError: defaultErrorHandler}
+// of the request fingerprint, in canonical form (core.CanonicalRoute). A
+// replay or a rejection is written with gin's writer and the chain is
+// aborted (c.Abort).
+//
+// It fails without a scope (WithScope, or core.WithScope on the engine)
+// unless the engine opted into core.WithSharedKeySpace, and with a nil
+// engine.
+func New(eng *core.Engine, opts ...Option) (gin.HandlerFunc, error) {
+	if eng == nil {
+		return nil, errors.New("ginidem: engine is nil")
+	}
+	var cfg config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
-	if cfg.onError == nil {
-		cfg.onError = defaultErrorHandler
+	if err := eng.CheckScope("ginidem.WithScope", cfg.scope != nil); err != nil {
+		return nil, err
 	}
 	return func(c *gin.Context) {
-		if eng == nil {
-			c.Data(http.StatusInternalServerError, "text/plain; charset=utf-8",
-				[]byte("idem: middleware built without an engine"))
-			c.Abort()
-			return
-		}
 		if cfg.skip != nil && cfg.skip(c) {
 			return
 		}
@@ -57,138 +57,133 @@ func Middleware(eng *core.Engine, opts ...Option) gin.HandlerFunc {
 			scope := cfg.scope
 			req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
 		}
-		serve(eng, &cfg, c, req)
-	}
+		_ = eng.Serve(c.Request.Context(), req, &exchange{c: c, onError: cfg.onError})
+	}, nil
 }
 
-func serve(eng *core.Engine, cfg *config, c *gin.Context, req core.Request) {
-	d, err := eng.Decide(c.Request.Context(), req)
-	if err != nil {
-		var fallback *core.Response
-		if d != nil {
-			fallback = d.Response
-		}
-		handleError(c, cfg, err, fallback)
-		return
-	}
-	r := c.Request
-	if d.BodyRead {
-		body := d.Body
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
-	switch d.Outcome {
-	case core.Bypass:
-		return // the chain goes on untouched
-	case core.Replay, core.Reject:
-		writeResponse(c, d.Response)
-		c.Abort()
-		return
-	}
+// exchange translates one request for core.Engine.Serve.
+type exchange struct {
+	c       *gin.Context
+	onError ErrorHandler
+	// Proceed only:
+	orig    gin.ResponseWriter
+	rec     *core.Recorder
+	w       *writer
+	behind  bool // something wrote to gin's writer behind the capture
+	errOnly bool // the chain only called c.Error: no response
+}
 
-	orig := c.Writer
-	rec := core.NewRecorder(orig, eng.MaxResponseBytes())
-	// Headers outer middleware already set (Vary: Origin, X-Request-Id) stay
-	// visible to the chain, and what it adds to them is added, as without
-	// idem; the recorder's copy replaces them only with its response.
-	for k, v := range orig.Header() {
-		rec.Header()[k] = append([]string(nil), v...)
+func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+	if d == nil {
+		return nil // Bypass: the chain goes on untouched after us
 	}
-	w := newWriter(orig, rec)
-	ctx := d.Context(r.Context())
+	c := x.c
+	r := c.Request
+	d.RestoreBody(r)
+	x.orig = c.Writer
+	x.rec = core.NewRecorder(x.orig, d.MaxResponseBytes())
+	x.w = newWriter(x.orig, x.rec)
 	errs := len(c.Errors)
-	c.Writer = w
+	c.Writer = x.w
 	c.Request = r.WithContext(ctx)
-	completed := false
 	defer func() {
-		// Outer middleware sees gin's own writer (with the status sent) and
-		// the request it passed in, whose context is not the finished lease's.
-		c.Writer = orig
+		// Outer middleware sees gin's own writer and the request it passed
+		// in, whose context is not the finished lease's.
+		c.Writer = x.orig
 		c.Request = r
-		if completed {
-			return
-		}
-		p := recover()
-		cause := fmt.Errorf("ginidem: handler panicked: %v\n%s", p, debug.Stack())
-		_ = eng.Abort(ctx, d, cause)
-		// The rest of the chain must not run after the panicking handler.
-		c.Abort()
-		if p == http.ErrAbortHandler || rec.Streaming() || orig.Written() { //nolint:errorlint // sentinel compared as net/http does
-			// The response is half out; let net/http drop the connection.
-			panic(http.ErrAbortHandler)
-		}
-		_ = c.Error(cause) // private: for logging middleware, never rendered by gin
-		if sent, _ := rec.SendInstead(eng.PanicResponse()); sent {
-			orig.WriteHeaderNow()
-		}
 	}()
 	c.Next()
-	completed = true
 
-	if orig.Written() && !rec.Streaming() {
-		// Something wrote to gin's writer behind the capture (a handler
-		// kept the original c.Writer, or re-routed with engine.HandleContext,
-		// which resets c.Writer): that response went out uncaptured. Record
-		// it as not retained rather than store a response nobody saw.
-		res := rec.Result()
-		res.Status, res.Streamed = orig.Status(), true
-		_ = eng.Commit(ctx, d, res)
-		return
-	}
-	if !w.Written() {
+	// Something wrote to gin's writer behind the capture (a handler kept
+	// the original c.Writer, or re-routed with engine.HandleContext, which
+	// resets c.Writer): that response went out uncaptured.
+	x.behind = x.orig.Written() && !x.rec.Streaming()
+	if !x.w.Written() {
 		switch {
-		case w.statusSet:
+		case x.w.statusSet:
 			// gin commits the status of a chain that set one but wrote no
-			// body after the chain (c.Status(204)); do it now, into the recorder.
-			w.WriteHeaderNow()
+			// body after the chain (c.Status(204)); do it now, into the capture.
+			x.w.WriteHeaderNow()
 		case len(c.Errors) > errs:
-			// Only c.Error, no response: a failed execution. Release the key
-			// and leave the answer to the error middleware outside this one.
-			_ = eng.Abort(ctx, d, fmt.Errorf("ginidem: handler error: %w", c.Errors.Last()))
-			return
-		case c.FullPath() == "" && w.status == http.StatusNotFound:
-			w.Header()["Content-Type"] = []string{gin.MIMEPlain}
-			_, _ = w.Write(notFoundBody)
-		case c.FullPath() == "" && w.status == http.StatusMethodNotAllowed:
-			w.Header()["Content-Type"] = []string{gin.MIMEPlain}
-			_, _ = w.Write(methodNotAllowedBody)
+			// Only c.Error, no response: the handler failed.
+		case c.FullPath() == "" && x.w.status == http.StatusNotFound:
+			x.w.Header()["Content-Type"] = []string{gin.MIMEPlain}
+			_, _ = x.w.Write(notFoundBody)
+		case c.FullPath() == "" && x.w.status == http.StatusMethodNotAllowed:
+			x.w.Header()["Content-Type"] = []string{gin.MIMEPlain}
+			_, _ = x.w.Write(methodNotAllowedBody)
 		}
 	}
-
-	if err := eng.Commit(ctx, d, rec.Result()); err != nil {
-		if !rec.Streaming() {
-			// The handler's response is still buffered in rec and never goes
-			// out: answer on gin's writer instead.
-			c.Writer = orig
-			handleError(c, cfg, err, eng.CommitErrorResponse(err))
-		}
-		return
+	if len(c.Errors) > errs {
+		x.errOnly = !x.w.Written()
+		return c.Errors.Last()
 	}
-	_ = rec.Send()
-	orig.WriteHeaderNow()
+	return nil
 }
 
-// handleError runs the error handler and aborts the chain. An error handler
-// that leaves the response unwritten with gin's default status would let gin
-// answer an empty 200 to a request that did not complete: fallback is
-// written instead.
-func handleError(c *gin.Context, cfg *config, err error, fallback *core.Response) {
-	cfg.onError(c, err, fallback)
+// Panicked puts the panic in c.Errors (private: for logging middleware,
+// never rendered by gin).
+func (x *exchange) Panicked(cause error) { _ = x.c.Error(cause) }
+
+func (x *exchange) Captured() core.Response {
+	res := x.rec.Result()
+	if x.behind {
+		// Recorded as not retained rather than store a response nobody saw.
+		res.Status, res.Streamed = x.orig.Status(), true
+	}
+	return res
+}
+
+func (x *exchange) Send() error {
+	if x.behind {
+		return nil
+	}
+	err := x.rec.Send()
+	x.orig.WriteHeaderNow()
+	return err
+}
+
+func (x *exchange) Discard() bool {
+	if x.rec == nil {
+		return true
+	}
+	x.c.Abort() // nothing after a failed handler may run
+	return !x.behind && !x.rec.Streaming() && !x.orig.Written()
+}
+
+// Write writes resp with gin's writer, commits the header (nothing gin or
+// outer middleware writes later can change it) and aborts the chain.
+//
+// After a chain that only called c.Error, rendering the error is gin's
+// error middleware's job, outside this one: the status (500) is set but
+// not committed, so that middleware answers, and a chain without one
+// answers 500, never an empty 200.
+func (x *exchange) Write(resp *core.Response) error {
+	if x.errOnly {
+		x.errOnly = false
+		x.c.Status(resp.Status)
+		x.c.Abort()
+		return nil
+	}
+	err := core.WriteResponse(x.c.Writer, resp)
+	x.c.Writer.WriteHeaderNow()
+	x.c.Abort()
+	return err
+}
+
+func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+	c := x.c
 	c.Abort()
-	if c.Writer.Written() {
-		return
+	if x.onError == nil {
+		return false, nil
 	}
-	if c.Writer.Status() == http.StatusOK && fallback != nil {
-		writeResponse(c, fallback)
-		return
+	x.onError(c, err, fallback)
+	switch {
+	case c.Writer.Written():
+		return true, nil
+	case c.Writer.Status() != http.StatusOK:
+		c.Writer.WriteHeaderNow() // a status without a body
+		return true, nil
 	}
-	c.Writer.WriteHeaderNow()
-}
-
-// writeResponse writes resp with gin's writer and commits the header, so
-// nothing gin or outer middleware writes later can change it.
-func writeResponse(c *gin.Context, resp *core.Response) {
-	_ = core.WriteResponse(c.Writer, resp)
-	c.Writer.WriteHeaderNow()
+	return false, nil
 }

@@ -124,7 +124,7 @@ func TestNativeReplay(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var n atomic.Int64
 			r := gin.New()
-			r.POST("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+			r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 				tc.handler(c, n.Add(1))
 			})
 			first := serve(r, req{path: "/v1/payments", key: "k1", body: payBody})
@@ -158,7 +158,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	var n atomic.Int64
 	release := make(chan struct{})
 	r := gin.New()
-	r.POST("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 		i := n.Add(1)
 		select {
 		case <-release:
@@ -223,7 +223,7 @@ func TestPanic(t *testing.T) {
 		c.Next()
 		outerErrors.Store(int64(len(c.Errors)))
 	})
-	r.POST("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 		if n.Add(1) == 1 {
 			c.Header("Set-Cookie", "leak=1")
 			c.Status(http.StatusCreated)
@@ -270,7 +270,7 @@ func TestPanicAfterFlush(t *testing.T) {
 		}
 	})
 	r.Use(gin.RecoveryWithWriter(io.Discard))
-	r.POST("/v1/stream", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/stream", mw(newEngine(t)), func(c *gin.Context) {
 		if n.Add(1) == 1 {
 			c.String(http.StatusOK, "partial")
 			c.Writer.Flush()
@@ -302,7 +302,7 @@ func TestHandlerErrorWithoutResponse(t *testing.T) {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": c.Errors.Last().Error()})
 		}
 	})
-	r.POST("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 		if n.Add(1) == 1 {
 			_ = c.Error(errors.New("provider timeout"))
 			return
@@ -346,7 +346,7 @@ func TestWriterSemantics(t *testing.T) {
 	var bare, wrapped []string
 	r := gin.New()
 	r.POST("/bare", probe(&bare))
-	r.POST("/idem", ginidem.Middleware(newEngine(t)), probe(&wrapped))
+	r.POST("/idem", mw(newEngine(t)), probe(&wrapped))
 	b := serve(r, req{path: "/bare", body: payBody})
 	w := serve(r, req{path: "/idem", key: "w", body: payBody})
 	if strings.Join(bare, " ") != strings.Join(wrapped, " ") {
@@ -376,7 +376,7 @@ func TestOuterMiddlewareView(t *testing.T) {
 		_, keyInCtx := core.KeyFromContext(c.Request.Context())
 		last = seen{c.Writer.Status(), c.Writer.Size(), c.Writer == w, c.Request.Context().Err(), keyInCtx}
 	})
-	r.POST("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 		handlerKey, _ = core.KeyFromContext(c.Request.Context())
 		c.JSON(http.StatusCreated, gin.H{"ok": true})
 	})
@@ -400,7 +400,7 @@ func TestOuterMiddlewareView(t *testing.T) {
 func TestBodyAndRoute(t *testing.T) {
 	var n atomic.Int64
 	r := gin.New()
-	r.POST("/v1/orders/:id/confirm", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/orders/:id/confirm", mw(newEngine(t)), func(c *gin.Context) {
 		n.Add(1)
 		var in struct {
 			Amount int `json:"amount"`
@@ -429,7 +429,7 @@ func TestBodyAndRoute(t *testing.T) {
 func TestRejectionsAbortChain(t *testing.T) {
 	var n atomic.Int64
 	r := gin.New()
-	r.POST("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 		n.Add(1)
 		c.Status(http.StatusCreated)
 	})
@@ -439,7 +439,7 @@ func TestRejectionsAbortChain(t *testing.T) {
 		t.Errorf("handler ran %d times after rejections", n.Load())
 	}
 	// Safe methods bypass idem entirely.
-	r.GET("/v1/payments", ginidem.Middleware(newEngine(t)), func(c *gin.Context) { c.String(http.StatusOK, "list") })
+	r.GET("/v1/payments", mw(newEngine(t)), func(c *gin.Context) { c.String(http.StatusOK, "list") })
 	if got := serve(r, req{method: http.MethodGet, path: "/v1/payments"}); got.status != 200 || string(got.body) != "list" {
 		t.Errorf("GET = %d %q, want a bypass", got.status, got.body)
 	}
@@ -455,7 +455,7 @@ func TestScope(t *testing.T) {
 			c.Set("user", u)
 		}
 	})
-	mw := ginidem.Middleware(newEngine(t), ginidem.WithScope(func(c *gin.Context) (string, error) {
+	mw := mw(newEngine(t), ginidem.WithScope(func(c *gin.Context) (string, error) {
 		u := c.GetString("user")
 		if u == "" {
 			return "", errors.New("unauthenticated")
@@ -480,7 +480,7 @@ func TestScope(t *testing.T) {
 // TestSkip: skipped requests go through untouched (no key required).
 func TestSkip(t *testing.T) {
 	r := gin.New()
-	mw := ginidem.Middleware(newEngine(t), ginidem.WithSkip(func(c *gin.Context) bool {
+	mw := mw(newEngine(t), ginidem.WithSkip(func(c *gin.Context) bool {
 		return c.GetHeader("X-Internal") == "1"
 	}))
 	r.POST("/v1/payments", mw, func(c *gin.Context) { c.Status(http.StatusCreated) })
@@ -494,16 +494,15 @@ func TestSkip(t *testing.T) {
 // instead of panicking.
 func TestNilOptionsAndEngine(t *testing.T) {
 	r := gin.New()
-	r.POST("/ok", ginidem.Middleware(newEngine(t), nil, ginidem.WithScope(nil), ginidem.WithSkip(nil), ginidem.WithErrorHandler(nil)),
+	r.POST("/ok", mw(newEngine(t), nil, ginidem.WithScope(nil), ginidem.WithSkip(nil), ginidem.WithErrorHandler(nil)),
 		func(c *gin.Context) { c.Status(http.StatusCreated) })
-	r.POST("/nil", ginidem.Middleware(nil), func(c *gin.Context) { c.Status(http.StatusCreated) })
 	first := serve(r, req{path: "/ok", key: "n", body: payBody})
 	if first.status != http.StatusCreated {
 		t.Errorf("with nil options = %d %q", first.status, first.body)
 	}
 	checkReplay(t, first, serve(r, req{path: "/ok", key: "n", body: payBody}))
-	if got := serve(r, req{path: "/nil", key: "n", body: payBody}); got.status != http.StatusInternalServerError {
-		t.Errorf("nil engine = %d %q, want 500", got.status, got.body)
+	if m, err := ginidem.New(nil, ginidem.WithScope(func(*gin.Context) (string, error) { return "u", nil })); err == nil || m != nil {
+		t.Errorf("New(nil) = %v, %v, want an error", m, err)
 	}
 }
 
@@ -520,8 +519,8 @@ func TestStoreDown(t *testing.T) {
 	})
 	r := gin.New()
 	h := func(c *gin.Context) { n.Add(1); c.Status(http.StatusCreated) }
-	r.POST("/default", ginidem.Middleware(eng), h)
-	r.POST("/custom", ginidem.Middleware(eng, custom), h)
+	r.POST("/default", mw(eng), h)
+	r.POST("/custom", mw(eng, custom), h)
 
 	def := serve(r, req{path: "/default", key: "d", body: payBody})
 	checkProblem(t, def, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
@@ -547,11 +546,11 @@ func TestCommitFailure(t *testing.T) {
 	eng := newEngineOn(t, failCompleteStore{Store: memstore.New()})
 	var called atomic.Bool
 	r := gin.New()
-	r.POST("/default", ginidem.Middleware(eng), func(c *gin.Context) {
+	r.POST("/default", mw(eng), func(c *gin.Context) {
 		c.SetCookie("session", "x", 60, "/", "", true, true)
 		c.JSON(http.StatusCreated, gin.H{"charged": true})
 	})
-	r.POST("/custom", ginidem.Middleware(eng, ginidem.WithErrorHandler(func(c *gin.Context, err error, fb *core.Response) {
+	r.POST("/custom", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, err error, fb *core.Response) {
 		called.Store(errors.Is(err, errCommitDown))
 		c.Data(fb.Status, "text/plain", []byte("custom"))
 	})), func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"charged": true}) })
@@ -572,7 +571,7 @@ func TestCommitFailure(t *testing.T) {
 func TestStreamedNotRetained(t *testing.T) {
 	var n atomic.Int64
 	r := gin.New()
-	r.POST("/v1/export", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/export", mw(newEngine(t)), func(c *gin.Context) {
 		n.Add(1)
 		c.Header("Content-Type", "text/event-stream")
 		for range 2 {
@@ -596,7 +595,7 @@ func TestHijack(t *testing.T) {
 	done := make(chan struct{}, 2) // idem has recorded the outcome
 	r := gin.New()
 	r.Use(func(c *gin.Context) { c.Next(); done <- struct{}{} })
-	r.POST("/v1/ws", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/ws", mw(newEngine(t)), func(c *gin.Context) {
 		n.Add(1)
 		conn, rw, err := c.Writer.Hijack()
 		if err != nil {
@@ -648,7 +647,7 @@ func TestHijack(t *testing.T) {
 func TestUnmatchedRoutes(t *testing.T) {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	r.Use(ginidem.Middleware(newEngine(t)))
+	r.Use(mw(newEngine(t)))
 	r.POST("/v1/payments", func(c *gin.Context) { c.Status(http.StatusCreated) })
 
 	bare := gin.New()
@@ -681,7 +680,7 @@ func TestUnmatchedRoutes(t *testing.T) {
 func TestWriteBehindCapture(t *testing.T) {
 	var n atomic.Int64
 	r := gin.New()
-	r.POST("/v1/old", ginidem.Middleware(newEngine(t)), func(c *gin.Context) {
+	r.POST("/v1/old", mw(newEngine(t)), func(c *gin.Context) {
 		n.Add(1)
 		c.Request.URL.Path = "/v1/new"
 		r.HandleContext(c)
@@ -704,10 +703,10 @@ func TestErrorHandlerWritesNothing(t *testing.T) {
 	var logged atomic.Int64
 	r := gin.New()
 	h := func(c *gin.Context) { c.Status(http.StatusCreated) }
-	r.POST("/log", ginidem.Middleware(eng, ginidem.WithErrorHandler(func(*gin.Context, error, *core.Response) {
+	r.POST("/log", mw(eng, ginidem.WithErrorHandler(func(*gin.Context, error, *core.Response) {
 		logged.Add(1)
 	})), h)
-	r.POST("/status", ginidem.Middleware(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *core.Response) {
+	r.POST("/status", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *core.Response) {
 		c.Status(http.StatusBadGateway)
 	})), h)
 	checkProblem(t, serve(r, req{path: "/log", key: "l", body: payBody}), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)

@@ -6,7 +6,7 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// Option configures Middleware. A nil Option is ignored.
+// Option configures New. A nil Option is ignored.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -40,12 +40,16 @@ type config struct {
 //	})
 //
 // It is called only for requests idem protects. An error answers a 401
-// problem and the handler does not run. Keys are unique per scope.
-// Default (or nil): every request shares the scope "". An engine built with
-// core.WithScope uses its own function instead (it may call
-// core.Request.ScopeFunc, which this option sets).
+// problem (logged, and in the observer's event) and the handler does not
+// run. Keys are unique per scope. Required: New fails without it (a nil f
+// counts as without), unless the engine has core.WithScope or
+// core.WithSharedKeySpace.
 func WithScope(f func(*gin.Context) (string, error)) Option {
-	return optionFunc(func(c *config) { c.scope = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.scope = f
+		}
+	})
 }
 
 // WithSkip sets a predicate for requests idem must not touch at all: they go
@@ -53,20 +57,20 @@ func WithScope(f func(*gin.Context) (string, error)) Option {
 // recorded). Default (or nil): no request is skipped; safe methods and
 // methods outside core.WithMethods bypass idem anyway.
 func WithSkip(f func(*gin.Context) bool) Option {
-	return optionFunc(func(c *config) { c.skip = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.skip = f
+		}
+	})
 }
 
 // WithErrorHandler sets how store failures are answered (see ErrorHandler).
 // Default (or nil): write fallback, the problem+json response, with gin's
-// writer. The default never panics.
+// writer.
 func WithErrorHandler(h ErrorHandler) Option {
-	return optionFunc(func(c *config) { c.onError = h })
-}
-
-func defaultErrorHandler(c *gin.Context, _ error, fallback *core.Response) {
-	if fallback == nil {
-		fallback = core.ProblemResponse(core.ProblemBaseURI, core.ProblemStoreUnavailable, 503,
-			"the idempotency store could not be reached; the request was not processed")
-	}
-	writeResponse(c, fallback)
+	return optionFunc(func(c *config) {
+		if h != nil {
+			c.onError = h
+		}
+	})
 }

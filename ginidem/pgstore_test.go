@@ -8,7 +8,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -28,7 +27,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			c.JSON(http.StatusBadGateway, gin.H{"error": c.Errors.Last().Error()})
 		}
 	})
-	r.POST("/v1/payments", ginidem.Middleware(newEngineOn(t, store)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(newEngineOn(t, store)), func(c *gin.Context) {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.Request.Context())
 		if err != nil {

@@ -10,14 +10,13 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/ginidem"
 )
 
 // Headers set by middleware before idem (CORS's Vary: Origin, a request
 // ID) are visible to the handler, and what it adds to them is added, as
 // without idem; the captured response must not replace them.
 func TestReviewOuterHeadersKept(t *testing.T) {
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +26,7 @@ func TestReviewOuterHeadersKept(t *testing.T) {
 		c.Header("X-Request-Id", "rid")
 		c.Next()
 	})
-	r.POST("/pay", ginidem.Middleware(eng), func(c *gin.Context) {
+	r.POST("/pay", mw(eng), func(c *gin.Context) {
 		if got := c.Writer.Header().Get("X-Request-Id"); got != "rid" {
 			t.Errorf("handler sees X-Request-Id %q", got)
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/nethttpidem"
 )
 
 const benchBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -36,7 +35,7 @@ type benchServer struct {
 func newBenchServer(eng *core.Engine) *benchServer {
 	mux := http.NewServeMux()
 	if eng != nil {
-		mux.Handle("POST /v1/payments", nethttpidem.Middleware(eng)(benchHandler))
+		mux.Handle("POST /v1/payments", mw(eng)(benchHandler))
 	} else {
 		mux.Handle("POST /v1/payments", benchHandler)
 	}
@@ -82,7 +81,7 @@ func cpuLoop(b *testing.B, op func()) {
 
 func benchEngine(b *testing.B) *core.Engine {
 	b.Helper()
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 var adapter = idemtest.Adapter{
 	Name: "nethttp",
 	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
-		mw := nethttpidem.Middleware(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+		mw := mw(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
 			return r.Header.Get(idemtest.ScopeHeader), nil
 		}))
 		mux := http.NewServeMux()

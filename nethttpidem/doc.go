@@ -1,4 +1,10 @@
-// Package nethttpidem adapts idem to net/http: Middleware protects handlers
-// (it works with http.ServeMux and chi), and Transport is the client side
-// that adds and keeps an Idempotency-Key across retries.
+// Package nethttpidem adapts idem to net/http: New builds the middleware that
+// protects handlers (it works with http.ServeMux and chi), and Transport is
+// the client side that adds and keeps an Idempotency-Key across retries.
+//
+// The middleware only translates: the request into a core.Request (route
+// from r.Pattern, in canonical form), the writer into a core.Recorder; the
+// flow (decide, run, capture, commit, panics, failures) is core.Engine.Serve.
+// New fails without a scope function (WithScope) unless the engine opted
+// into core.WithSharedKeySpace.
 package nethttpidem

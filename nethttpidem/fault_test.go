@@ -26,7 +26,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/nethttpidem"
 )
 
 // faultEnv is one server: handler behind nethttpidem on a memstore, with a
@@ -47,7 +46,7 @@ func newFaultEnv(t *testing.T, h http.HandlerFunc, store *memstore.Store, opts .
 	if store == nil {
 		store = memstore.New()
 	}
-	eng, err := core.New(store, opts...)
+	eng, err := core.New(store, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
@@ -60,7 +59,7 @@ func newFaultEnv(t *testing.T, h http.HandlerFunc, store *memstore.Store, opts .
 		h(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /p", nethttpidem.Middleware(eng)(counted))
+	mux.Handle("POST /p", mw(eng)(counted))
 	env.srv = httptest.NewServer(mux)
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}
 	env.client = &http.Client{Transport: tr, Timeout: 20 * time.Second}
@@ -766,7 +765,7 @@ func TestFaultMemstoreFloodBounded(t *testing.T) {
 func TestFaultMemstoreHeapBounded(t *testing.T) {
 	const maxEntries, n = 500, 20000
 	store := memstore.New(memstore.WithMaxEntries(maxEntries))
-	eng, err := core.New(store)
+	eng, err := core.New(store, core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,16 @@
 package nethttpidem
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
+	"errors"
 	"net/http"
-	"runtime/debug"
+	"strings"
 
 	"github.com/idemkit/idem/core"
 )
 
-// Option configures Middleware. A nil Option is ignored.
+// Option configures New. A nil Option is ignored, and so is an option
+// given a nil function: the default stays in place.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -20,7 +19,9 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // ErrorHandler writes the response when idem cannot do its job: the store
 // is unreachable (Decide failed) or the outcome could not be recorded
-// (Commit failed). fallback is the problem response idem would write.
+// (Commit failed). fallback is the problem response idem would write. A
+// handler that writes nothing gets fallback written for it: a request that
+// did not complete never looks like a success.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error, fallback *core.Response)
 
 type config struct {
@@ -31,60 +32,84 @@ type config struct {
 }
 
 // WithScope sets the function returning the request's tenant (for example
-// the user ID an auth middleware put in the context). An error answers 401.
-// Default: every request shares the scope "".
+// the user ID an auth middleware put in the context). Records are keyed by
+// (scope, key). An error answers 401 (logged, and in the observer's event).
+// Required: New fails without it, unless the engine has core.WithScope or
+// core.WithSharedKeySpace.
 func WithScope(f func(*http.Request) (string, error)) Option {
-	return optionFunc(func(c *config) { c.scope = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.scope = f
+		}
+	})
 }
 
 // WithSkip sets a predicate for requests idem must not touch at all.
 // Default: none skipped.
 func WithSkip(f func(*http.Request) bool) Option {
-	return optionFunc(func(c *config) { c.skip = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.skip = f
+		}
+	})
 }
 
 // WithRoute sets how the route template is found; it is part of the
-// fingerprint. With chi, use chi.RouteContext(r.Context()).RoutePattern().
-// Default: r.Pattern (set by http.ServeMux for handlers it routed to), else
-// r.URL.Path.
+// fingerprint, in canonical form (core.CanonicalRoute). With chi, use
+// chi.RouteContext(r.Context()).RoutePattern(). Default: r.Pattern (set by
+// http.ServeMux for handlers it routed to; its method prefix is dropped),
+// else r.URL.Path.
 func WithRoute(f func(*http.Request) string) Option {
-	return optionFunc(func(c *config) { c.route = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.route = f
+		}
+	})
 }
 
-// WithErrorHandler sets how store failures are answered.
-// Default: the fallback problem+json response.
+// WithErrorHandler sets how store and commit failures are answered (see
+// ErrorHandler). Default: the fallback problem+json response.
 func WithErrorHandler(h ErrorHandler) Option {
-	return optionFunc(func(c *config) { c.onError = h })
+	return optionFunc(func(c *config) {
+		if h != nil {
+			c.onError = h
+		}
+	})
 }
 
+// defaultRoute is ServeMux's pattern, whose ':' and '*' are literal
+// characters (escaped for core.CanonicalRoute), else the path.
 func defaultRoute(r *http.Request) string {
 	if r.Pattern != "" {
-		return r.Pattern
+		return muxEscaper.Replace(r.Pattern)
 	}
 	return r.URL.Path
 }
 
-// Middleware returns net/http middleware (chi-compatible) that runs next at
-// most once per (scope, key). Register it around the handlers themselves
+var muxEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`, `*`, `\*`)
+
+// New returns net/http middleware (chi-compatible) that runs next at most
+// once per (scope, key). Register it around the handlers themselves
 // (mux.Handle("POST /v1/payments", mw(h))) so r.Pattern gives the route.
-func Middleware(eng *core.Engine, opts ...Option) func(http.Handler) http.Handler {
-	cfg := config{
-		route: defaultRoute,
-		onError: func(w http.ResponseWriter, _ *http.Request, _ error, fallback *core.Response) {
-			_ = core.WriteResponse(w, fallback)
-		},
+//
+// It fails without a scope (WithScope, or core.WithScope on the engine)
+// unless the engine opted into core.WithSharedKeySpace, and with a nil
+// engine.
+func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if eng == nil {
+		return nil, errors.New("nethttpidem: engine is nil")
 	}
+	cfg := config{route: defaultRoute}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
+	if err := eng.CheckScope("nethttpidem.WithScope", cfg.scope != nil); err != nil {
+		return nil, err
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if eng == nil {
-				http.Error(w, "idem: middleware built without an engine", http.StatusInternalServerError)
-				return
-			}
 			if cfg.skip != nil && cfg.skip(r) {
 				next.ServeHTTP(w, r)
 				return
@@ -93,63 +118,69 @@ func Middleware(eng *core.Engine, opts ...Option) func(http.Handler) http.Handle
 			if cfg.scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return cfg.scope(r) }
 			}
-			serve(eng, &cfg, next, w, r, req)
+			_ = eng.Serve(r.Context(), req, &exchange{w: w, r: r, next: next, onError: cfg.onError})
 		})
-	}
+	}, nil
 }
 
-func serve(eng *core.Engine, cfg *config, next http.Handler, w http.ResponseWriter, r *http.Request, req core.Request) {
-	d, err := eng.Decide(r.Context(), req)
-	if err != nil {
-		cfg.onError(w, r, err, d.Response)
-		return
-	}
-	switch d.Outcome {
-	case core.Bypass:
-		next.ServeHTTP(w, r) // Decide left the body unread
-		return
-	case core.Replay, core.Reject:
-		_ = core.WriteResponse(w, d.Response)
-		return
-	}
-	if d.BodyRead { // the handler gets the body Decide read
-		r.Body = io.NopCloser(bytes.NewReader(d.Body))
-		r.ContentLength = int64(len(d.Body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(d.Body)), nil }
-	}
-
-	rec := core.NewRecorder(w, eng.MaxResponseBytes())
-	// Headers outer middleware already set (Vary: Origin, X-Request-Id) stay
-	// visible to the handler, and what it adds to them is added, as without
-	// idem; the recorder's copy replaces them only with its response.
-	for k, v := range w.Header() {
-		rec.Header()[k] = append([]string(nil), v...)
-	}
-	r = r.WithContext(d.Context(r.Context()))
-	completed := false
-	defer func() {
-		if completed {
-			return
-		}
-		p := recover()
-		cause := fmt.Errorf("nethttpidem: handler panicked: %v\n%s", p, debug.Stack())
-		_ = eng.Abort(r.Context(), d, cause)
-		if p == http.ErrAbortHandler || rec.Streaming() { //nolint:errorlint // sentinel compared as net/http does
-			// The response is half out; let net/http drop the connection.
-			panic(http.ErrAbortHandler)
-		}
-		_, _ = rec.SendInstead(eng.PanicResponse())
-	}()
-	next.ServeHTTP(rec, r)
-	completed = true
-
-	if err := eng.Commit(r.Context(), d, rec.Result()); err != nil {
-		if !rec.Streaming() {
-			// The handler's response is still buffered in rec and never goes
-			// out: answer on the real writer instead.
-			cfg.onError(w, r, err, eng.CommitErrorResponse(err))
-		}
-		return
-	}
-	_ = rec.Send()
+// exchange translates one request for core.Engine.Serve.
+type exchange struct {
+	w       http.ResponseWriter
+	r       *http.Request
+	next    http.Handler
+	onError ErrorHandler
+	rec     *core.Recorder // Proceed only
 }
+
+func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+	if d == nil {
+		x.next.ServeHTTP(x.w, x.r) // Decide left the body unread
+		return nil
+	}
+	d.RestoreBody(x.r)
+	x.rec = core.NewRecorder(x.w, d.MaxResponseBytes())
+	x.next.ServeHTTP(x.rec, x.r.WithContext(ctx))
+	return nil
+}
+
+func (x *exchange) Captured() core.Response { return x.rec.Result() }
+
+func (x *exchange) Send() error { return x.rec.Send() }
+
+func (x *exchange) Discard() bool { return x.rec == nil || !x.rec.Streaming() }
+
+func (x *exchange) Write(resp *core.Response) error {
+	if x.rec != nil {
+		_, err := x.rec.SendInstead(resp)
+		return err
+	}
+	return core.WriteResponse(x.w, resp)
+}
+
+func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+	if x.onError == nil {
+		return false, nil
+	}
+	tw := &trackingWriter{ResponseWriter: x.w}
+	x.onError(tw, x.r, err, fallback)
+	return tw.wrote, nil
+}
+
+// trackingWriter tells whether an error handler wrote anything.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(p)
+}
+
+// Unwrap returns the wrapped writer (http.ResponseController).
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }

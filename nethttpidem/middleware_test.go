@@ -26,7 +26,7 @@ import (
 func serve(t *testing.T, eng *core.Engine, pattern string, h http.Handler, opts ...nethttpidem.Option) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(pattern, nethttpidem.Middleware(eng, opts...)(h))
+	mux.Handle(pattern, mw(eng, opts...)(h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -34,7 +34,7 @@ func serve(t *testing.T, eng *core.Engine, pattern string, h http.Handler, opts 
 
 func newEngine(t *testing.T, s core.Store, opts ...core.Option) *core.Engine {
 	t.Helper()
-	eng, err := core.New(s, opts...)
+	eng, err := core.New(s, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	require.NoError(t, err)
 	return eng
 }
@@ -314,19 +314,19 @@ func TestRouteTemplate(t *testing.T) {
 	t.Run("pattern", func(t *testing.T) {
 		store := memstore.New()
 		eng := newEngine(t, store)
-		srv := serve(t, eng, "POST /items/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := serve(t, eng, "/items/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusCreated)
 		}))
 		_, err := post(newClient(t), srv.URL+"/items/42", "route-1", "{}")
 		require.NoError(t, err)
 		rec, err := store.Get(context.Background(), "", "route-1")
 		require.NoError(t, err)
-		assert.Equal(t, "POST /items/{id}", rec.Route)
+		assert.Equal(t, "/items/{id}", rec.Route)
 	})
 	t.Run("WithRoute", func(t *testing.T) {
 		store := memstore.New()
 		eng := newEngine(t, store)
-		srv := serve(t, eng, "POST /items/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := serve(t, eng, "/items/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusCreated)
 		}), nethttpidem.WithRoute(func(r *http.Request) string { return "custom:" + r.URL.Path }))
 		client := newClient(t)
@@ -539,11 +539,9 @@ func TestPanicAfterFlush(t *testing.T) {
 }
 
 func TestNilEngine(t *testing.T) {
-	rec := httptest.NewRecorder()
-	nethttpidem.Middleware(nil)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-		t.Error("handler ran without an engine")
-	})).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}")))
-	assert.Equal(t, http.StatusInternalServerError, rec.Code)
+	m, err := nethttpidem.New(nil, nethttpidem.WithScope(func(*http.Request) (string, error) { return "u", nil }))
+	assert.Error(t, err)
+	assert.Nil(t, m)
 }
 
 // Statuses without a body replay as such.
@@ -590,11 +588,11 @@ func TestEarlyHints(t *testing.T) {
 // Through a real ServeMux with a path parameter: the same key and body on
 // another order is refused, not answered with the first order's response.
 func TestPathParameterIsPartOfTheRequest(t *testing.T) {
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	require.NoError(t, err)
 	var runs atomic.Int32
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders/{id}/confirm", nethttpidem.Middleware(eng)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /orders/{id}/confirm", mw(eng)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "confirmed "+r.PathValue("id"))

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/nethttpidem"
 )
 
 // A handler's trailers (declared with the Trailer header, or set under
@@ -18,7 +17,7 @@ import (
 // not lose them: the buffered response used to go out with a
 // Content-Length and without the values set after the body.
 func TestReviewTrailersReachClient(t *testing.T) {
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +29,7 @@ func TestReviewTrailersReachClient(t *testing.T) {
 		w.Header().Set("X-Sum", "abc")
 		w.Header().Set(http.TrailerPrefix+"X-Other", "def")
 	})
-	srv := httptest.NewServer(nethttpidem.Middleware(eng)(h))
+	srv := httptest.NewServer(mw(eng)(h))
 	defer srv.Close()
 	post := func() *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
@@ -64,7 +63,7 @@ func TestReviewTrailersReachClient(t *testing.T) {
 // the handler's Vary: Accept (a shared cache would then serve one origin's
 // response to another).
 func TestReviewOuterHeadersKept(t *testing.T) {
-	eng, err := core.New(memstore.New())
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +81,7 @@ func TestReviewOuterHeadersKept(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	}
-	srv := outer(nethttpidem.Middleware(eng)(h))
+	srv := outer(mw(eng)(h))
 	for i := range 2 {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))

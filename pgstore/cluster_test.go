@@ -111,7 +111,7 @@ func TestTwoEnginesOneExecution(t *testing.T) {
 			table := ledger(t, a)
 			engines := make([]*core.Engine, 2)
 			for i, s := range []*Store{a, b} {
-				e, err := core.New(s, core.WithLease(5*time.Second))
+				e, err := core.New(s, core.WithLease(5*time.Second), core.WithSharedKeySpace())
 				if err != nil {
 					t.Fatalf("core.New: %v", err)
 				}

@@ -47,7 +47,7 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := core.New(s, core.WithLease(crashLease))
+	eng, err := core.New(s, core.WithLease(crashLease), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestCrashedOwner(t *testing.T) {
 	}
 	deadToken := rec.Token
 
-	eng, err := core.New(s, core.WithLease(crashLease))
+	eng, err := core.New(s, core.WithLease(crashLease), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,11 +177,11 @@ func TestSlowOwnerKeepsLease(t *testing.T) {
 	// of three heartbeats over 333 ms each (two cores, -race, the chaos
 	// test's two servers alongside) lost the lease about once in six runs.
 	const lease = 2 * time.Second
-	ea, err := core.New(a, core.WithLease(lease))
+	ea, err := core.New(a, core.WithLease(lease), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, err := core.New(b, core.WithLease(lease))
+	eb, err := core.New(b, core.WithLease(lease), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}

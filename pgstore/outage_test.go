@@ -227,7 +227,7 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 	}
 	t.Cleanup(store.Close)
 	logger := slog.New(slog.NewJSONHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	eng, err := core.New(store, core.WithLease(lease), core.WithCommitTimeout(3*time.Second), core.WithLogger(logger))
+	eng, err := core.New(store, core.WithLease(lease), core.WithCommitTimeout(3*time.Second), core.WithLogger(logger), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +266,13 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 		fmt.Fprintf(w, `{"key":%q,"charge":%q}`, key, charge)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /pay", nethttpidem.Middleware(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+	mw, err := nethttpidem.New(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
 		return r.Header.Get("X-User-ID"), nil
-	}))(h))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("POST /pay", mw(h))
 	srv := httptest.NewServer(mux)
 	tr := &http.Transport{}
 	env.client = &http.Client{Transport: tr, Timeout: 15 * time.Second}

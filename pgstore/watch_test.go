@@ -25,11 +25,11 @@ const (
 func waitingPair(t *testing.T, opts ...Option) (owner, waiter *core.Engine, a, b *Store) {
 	t.Helper()
 	a, b = twoStores(t, opts...)
-	owner, err := core.New(a, core.WithLease(10*time.Second))
+	owner, err := core.New(a, core.WithLease(10*time.Second), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter, err = core.New(b, core.WithLease(10*time.Second), core.WithWait(watchWait), core.WithWaitPoll(watchPoll))
+	waiter, err = core.New(b, core.WithLease(10*time.Second), core.WithWait(watchWait), core.WithWaitPoll(watchPoll), core.WithSharedKeySpace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestWatchNotifiesOnlyWhenWaited(t *testing.T) {
 			if _, err := conn.Exec(t.Context(), "LISTEN "+pgx.Identifier{s.watch.channel}.Sanitize()); err != nil {
 				t.Fatal(err)
 			}
-			eng, err := core.New(s)
+			eng, err := core.New(s, core.WithSharedKeySpace())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,9 +10,12 @@
 //			Name: "gin",
 //			Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
 //				r := gin.New()
-//				mw := ginidem.Middleware(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
+//				mw, err := ginidem.New(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
 //					return c.GetHeader(idemtest.ScopeHeader), nil
 //				}))
+//				if err != nil {
+//					t.Fatal(err)
+//				}
 //				for _, rt := range routes {
 //					r.Handle(rt.Method, rt.Path, mw, gin.WrapH(rt.Handler))
 //				}

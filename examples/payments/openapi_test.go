@@ -39,7 +39,11 @@ func testApp(t *testing.T, cfg config, latency time.Duration) http.Handler {
 	if a.openapi, err = openAPIJSON(eng, false); err != nil {
 		t.Fatal(err)
 	}
-	return netHTTPHandler(a)
+	h, err := netHTTPHandler(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func defaultConfig(t *testing.T, args ...string) config {

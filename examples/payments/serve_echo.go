@@ -14,18 +14,25 @@ import (
 
 // serveEcho mounts the service on Echo with echoidem.
 func serveEcho(ctx context.Context, ln net.Listener, a *app) error {
-	return serveHTTP(ctx, ln, echoHandler(a), a.log)
+	h, err := echoHandler(a)
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, ln, h, a.log)
 }
 
-func echoHandler(a *app) http.Handler {
+func echoHandler(a *app) (http.Handler, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	idem := echoidem.Middleware(a.eng, echoidem.WithScope(func(c echo.Context) (string, error) {
+	idem, err := echoidem.New(a.eng, echoidem.WithScope(func(c echo.Context) (string, error) {
 		if u, _ := c.Get("user").(string); u != "" {
 			return u, nil
 		}
 		return "", errors.New("no user")
 	}))
+	if err != nil {
+		return nil, err
+	}
 	// Route middleware runs in order: the user check, then idem.
 	e.POST("/v1/payments", func(c echo.Context) error {
 		body, err := io.ReadAll(c.Request().Body)
@@ -48,7 +55,7 @@ func echoHandler(a *app) http.Handler {
 	e.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, contentType(http.StatusOK), a.openapi)
 	})
-	return e
+	return e, nil
 }
 
 // echoRequireUser answers 401 to a request without X-User-ID, before idem,

@@ -33,12 +33,15 @@ func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
 		ReadTimeout: fiberReadTimeout,
 		IdleTimeout: time.Minute,
 	})
-	idem := fiberidem.New(a.eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
+	idem, err := fiberidem.New(a.eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
 		if u, _ := c.Locals("user").(string); u != "" {
 			return u, nil
 		}
 		return "", errors.New("no user")
 	}))
+	if err != nil {
+		return err
+	}
 	f.Post("/v1/payments", fiberRequireUser, idem, func(c *fiber.Ctx) error {
 		u, _ := c.Locals("user").(string)
 		// c.Body() aliases fasthttp's buffer; CreatePayment does not keep it.
@@ -65,7 +68,7 @@ func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
 	case <-ctx.Done():
 	}
 	a.log.Info("shutting down", "timeout", shutdownTimeout)
-	err := f.ShutdownWithTimeout(shutdownTimeout)
+	err = f.ShutdownWithTimeout(shutdownTimeout)
 	if serr := <-errc; err == nil {
 		err = serr
 	}

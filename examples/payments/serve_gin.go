@@ -14,19 +14,26 @@ import (
 
 // serveGin mounts the service on gin with ginidem.
 func serveGin(ctx context.Context, ln net.Listener, a *app) error {
-	return serveHTTP(ctx, ln, ginHandler(a), a.log)
+	h, err := ginHandler(a)
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, ln, h, a.log)
 }
 
-func ginHandler(a *app) http.Handler {
+func ginHandler(a *app) (http.Handler, error) {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.Use(gin.Recovery())
-	idem := ginidem.Middleware(a.eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
+	idem, err := ginidem.New(a.eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
 		if u := c.GetString("user"); u != "" {
 			return u, nil
 		}
 		return "", errors.New("no user")
 	}))
+	if err != nil {
+		return nil, err
+	}
 	r.POST("/v1/payments", ginRequireUser, idem, func(c *gin.Context) {
 		body, err := io.ReadAll(c.Request.Body)
 		if err != nil {
@@ -47,7 +54,7 @@ func ginHandler(a *app) http.Handler {
 	r.GET("/openapi.json", func(c *gin.Context) {
 		c.Data(http.StatusOK, contentType(http.StatusOK), a.openapi)
 	})
-	return r
+	return r, nil
 }
 
 // ginRequireUser answers 401 to a request without X-User-ID, before idem,

@@ -12,16 +12,23 @@ import (
 
 // serveNetHTTP mounts the service on http.ServeMux with nethttpidem.
 func serveNetHTTP(ctx context.Context, ln net.Listener, a *app) error {
-	return serveHTTP(ctx, ln, netHTTPHandler(a), a.log)
+	h, err := netHTTPHandler(a)
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, ln, h, a.log)
 }
 
-func netHTTPHandler(a *app) http.Handler {
-	idem := nethttpidem.Middleware(a.eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+func netHTTPHandler(a *app) (http.Handler, error) {
+	idem, err := nethttpidem.New(a.eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
 		if u := r.Header.Get(userHeader); u != "" {
 			return u, nil
 		}
 		return "", errors.New("no user")
 	}))
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", requireUser(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -43,7 +50,7 @@ func netHTTPHandler(a *app) http.Handler {
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		writeNetHTTP(w, http.StatusOK, a.openapi)
 	})
-	return mux
+	return mux, nil
 }
 
 // requireUser answers 401 to a request without X-User-ID, before idem.

@@ -167,11 +167,13 @@ func naiveCache() func(http.Handler) http.Handler {
 }
 
 func idemMiddleware(opts ...core.Option) (func(http.Handler) http.Handler, error) {
-	eng, err := core.New(memstore.New(), opts...)
+	// One demo client, no tenants: a shared key space is what this demo
+	// means. A real service keys records per user (nethttpidem.WithScope).
+	eng, err := core.New(memstore.New(), append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	return nethttpidem.Middleware(eng), nil
+	return nethttpidem.New(eng)
 }
 
 // runOne serves the handler behind mw on a random 127.0.0.1 port and runs
