@@ -42,6 +42,12 @@
 // and the loser answers like any duplicate; claims and Get read causally
 // (wsrep_sync_wait) on Galera nodes. See the README.
 //
+// # Recovery points
+//
+// The store implements core.StepStore (core.Step): a step's result is one
+// fenced UPDATE of a JSON document in the record's own row, so that on
+// Galera a stale owner's step and another node's takeover conflict.
+//
 // # Retention
 //
 // Sweep deletes expired records in batches; Maintain loops it.
