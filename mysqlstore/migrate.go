@@ -168,6 +168,19 @@ func migrateConn(ctx context.Context, conn *sql.Conn, cfg config, migs []migrati
 	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = '"+migrationMode+"'"); err != nil {
 		return fmt.Errorf("set sql_mode: %w", err)
 	}
+	// On a Galera node, read the applied versions causally: another node's
+	// Migrate may have committed a moment ago. (The session is discarded
+	// after Migrate.)
+	var vname, von string
+	switch err := conn.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&vname, &von); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("detect galera: %w", err)
+	case von == "ON" || von == "1":
+		if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
+			return fmt.Errorf("set wsrep_sync_wait: %w", err)
+		}
+	}
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+n.migrations+` (
     table_name VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     version    INT          NOT NULL,

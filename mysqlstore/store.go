@@ -202,8 +202,21 @@ func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
 // asks the server whether it is a Galera node. Two statements, on the first
 // claim only (and again after a failure).
 func (s *Store) checkSchema(ctx context.Context) error {
+	// Galera first: on a cluster the version must be read causally, or a
+	// node that has not yet applied another node's Migrate reports an old
+	// schema. SHOW VARIABLES answers no row (not an error) where wsrep
+	// does not exist (MySQL, MariaDB built without Galera).
+	var name, value string
+	err := s.db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return wrap(ctx, "claim: detect galera", err)
+	default:
+		s.galera.Store(value == "ON" || value == "1")
+	}
 	var v sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM `+s.names.migrations+` WHERE table_name = ?`,
+	err = s.db.QueryRowContext(ctx, s.causal(`SELECT MAX(version) FROM `+s.names.migrations+` WHERE table_name = ?`),
 		s.cfg.table).Scan(&v)
 	if err != nil {
 		return wrap(ctx, "claim: check schema version", err)
@@ -211,17 +224,6 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if !v.Valid || int(v.Int64) < s.schemaVersion {
 		return fmt.Errorf("mysqlstore: claim: schema not migrated for this version: table %s is at version %d, this binary needs %d (run mysqlstore.Migrate at start-up with the same options)",
 			s.names.table, v.Int64, s.schemaVersion)
-	}
-	// SHOW VARIABLES answers no row (not an error) where wsrep does not
-	// exist (MySQL, MariaDB built without Galera).
-	var name, value string
-	err = s.db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &value)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return wrap(ctx, "claim: detect galera", err)
-	default:
-		s.galera.Store(value == "ON" || value == "1")
 	}
 	s.schemaOK.Store(true)
 	return nil
