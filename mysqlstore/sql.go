@@ -37,14 +37,19 @@ const (
 
 func us(col string) string { return fmt.Sprintf(epochUS, col) }
 
+// clock is the store's clock as an SQL expression: UTC_TIMESTAMP(6), not
+// NOW(6), so UTC whatever the server's and the session's time_zone
+// (shifted in tests by withClockOffset).
+func (c config) clock() string {
+	if c.clockOffset != 0 {
+		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", c.clockOffset.Microseconds())
+	}
+	return "UTC_TIMESTAMP(6)"
+}
+
 func buildStatements(c config) statements {
 	n := c.names()
-	// UTC_TIMESTAMP(6), not NOW(6): UTC whatever the server's and the
-	// session's time_zone.
-	now := "UTC_TIMESTAMP(6)"
-	if c.clockOffset != 0 {
-		now = fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", c.clockOffset.Microseconds())
-	}
+	now := c.clock()
 	var s statements
 	s.claim = "CALL " + n.claimProc + "(?, ?, ?, ?, ?, ?, ?, ?)"
 	s.get = "SELECT method, route, fingerprint, status, token, " +

@@ -347,8 +347,9 @@ type scanner interface{ Scan(dest ...any) error }
 // scanRecord scans the common column list of the claim procedure and Get:
 // method, route, fingerprint, status, token, locked_until, created_at,
 // expires_at (µs), resp_status, resp_header, resp_body, resp_not_retained,
-// claimed, now (µs). Scope and key are the caller's.
-func scanRecord(row scanner, claimed *bool, now *int64) (core.Record, error) {
+// claimed, now (µs), then extra destinations. Scope and key are the
+// caller's.
+func scanRecord(row scanner, claimed *bool, now *int64, extra ...any) (core.Record, error) {
 	var (
 		r                          core.Record
 		method, route, fp          []byte
@@ -358,8 +359,9 @@ func scanRecord(row scanner, claimed *bool, now *int64) (core.Record, error) {
 		respHeader, respBody       []byte
 		notRetained                bool
 	)
-	if err := row.Scan(&method, &route, &fp, &status, &r.Token, &lockedUntil, &created, &exps,
-		&respStatus, &respHeader, &respBody, &notRetained, claimed, now); err != nil {
+	dst := []any{&method, &route, &fp, &status, &r.Token, &lockedUntil, &created, &exps,
+		&respStatus, &respHeader, &respBody, &notRetained, claimed, now}
+	if err := row.Scan(append(dst, extra...)...); err != nil {
 		return core.Record{}, err
 	}
 	r.Method, r.Route, r.Fingerprint = string(method), string(route), string(fp)

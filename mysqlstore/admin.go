@@ -1,0 +1,165 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// The operator's statements (core.Admin, used by cmd/idemctl). They are off
+// the hot path: Stuck and Stats scan the records table (no index serves
+// them; on a large table run them rarely, or on a replica), the others
+// touch one row by primary key. Every instant is the database's.
+
+var _ core.Admin = (*Store)(nil)
+
+func nullTime(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+// Inspect implements core.Admin: the record with its response and when it
+// completed. One SELECT (causal on Galera, as Get).
+func (s *Store) Inspect(ctx context.Context, scope, key string) (core.AdminRecord, error) {
+	q := strings.Replace(s.sql.get, "\nFROM ", ", "+us("completed_at")+"\nFROM ", 1)
+	var (
+		ar        core.AdminRecord
+		claimed   bool
+		now       int64
+		completed sql.NullInt64
+	)
+	r, err := scanRecord(s.db.QueryRowContext(ctx, s.causal(q), scope, key), &claimed, &now, &completed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ar, fmt.Errorf("mysqlstore: inspect: %w", core.ErrNotFound)
+	}
+	if err != nil {
+		return ar, wrap(ctx, "inspect", err)
+	}
+	r.Scope, r.Key = scope, key
+	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), nullTime(completed)
+	return ar, nil
+}
+
+// Stuck implements core.Admin: processing records whose lease lapsed, the
+// longest lapsed first, without responses. One SELECT (a table scan).
+func (s *Store) Stuck(ctx context.Context, limit int) ([]core.AdminRecord, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("mysqlstore: stuck: limit %d must be positive", limit)
+	}
+	now := s.cfg.clock()
+	q := "SELECT method, route, fingerprint, status, token, " +
+		us("locked_until") + ", " + us("created_at") + ", " + us("expires_at") + ",\n" +
+		"       NULL, NULL, NULL, FALSE, FALSE, " + us(now) + ", scope, `key`\n" +
+		"FROM " + s.names.table + "\nWHERE status = 'processing' AND locked_until <= " + now + "\n" +
+		"ORDER BY locked_until, scope, `key`\nLIMIT ?"
+	rows, err := s.db.QueryContext(ctx, s.causal(q), limit)
+	if err != nil {
+		return nil, wrap(ctx, "stuck", err)
+	}
+	defer rows.Close()
+	var out []core.AdminRecord
+	for rows.Next() {
+		var (
+			claimed    bool
+			now        int64
+			scope, key []byte
+		)
+		r, err := scanRecord(rows, &claimed, &now, &scope, &key)
+		if err != nil {
+			return nil, wrap(ctx, "stuck", err)
+		}
+		r.Scope, r.Key = string(scope), string(key)
+		out = append(out, core.AdminRecord{Record: r, Now: fromMicros(now)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "stuck", err)
+	}
+	return out, nil
+}
+
+// Release implements core.Admin: a fenced UPDATE to failed. When nothing
+// matched, one more read tells why: not found, lease live, or lost.
+func (s *Store) Release(ctx context.Context, f core.Fence, live bool) error {
+	q := "UPDATE " + s.names.table + " SET status = 'failed'\nWHERE scope = ? AND `key` = ? AND token = ? AND status = 'processing'"
+	if !live {
+		q += " AND locked_until <= " + s.cfg.clock()
+	}
+	var n int64
+	err := s.withRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, q, f.Scope, f.Key, f.Token)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return wrap(ctx, "release", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	r, err := s.Inspect(ctx, f.Scope, f.Key)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		return fmt.Errorf("mysqlstore: release: %w", core.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("mysqlstore: release: %w", err)
+	case r.Token == f.Token && r.Status == core.StatusProcessing && !live && r.LockedUntil.After(r.Now):
+		return fmt.Errorf("mysqlstore: release: lease runs %v more: %w", r.LockedUntil.Sub(r.Now).Round(time.Millisecond), core.ErrLeaseLive)
+	default:
+		return fmt.Errorf("mysqlstore: release: record is %s under token %d, not processing under token %d: %w",
+			r.Status, r.Token, f.Token, core.ErrLeaseLost)
+	}
+}
+
+// Stats implements core.Admin. The clock, then one aggregate SELECT (a
+// table scan) against it.
+func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+	now, err := s.now(ctx)
+	if err != nil {
+		return core.Stats{}, wrap(ctx, "stats", err)
+	}
+	// n: the clock just read, rebuilt from µs without any time zone.
+	q := "SELECT status, COUNT(*),\n" +
+		"  SUM(created_at > v.n - INTERVAL 1 MINUTE),\n" +
+		"  SUM(created_at <= v.n - INTERVAL 1 MINUTE AND created_at > v.n - INTERVAL 1 HOUR),\n" +
+		"  SUM(created_at <= v.n - INTERVAL 1 HOUR AND created_at > v.n - INTERVAL 1 DAY),\n" +
+		"  SUM(created_at <= v.n - INTERVAL 1 DAY),\n" +
+		"  SUM(expires_at <= v.n),\n" +
+		"  SUM(status = 'processing' AND locked_until <= v.n),\n" +
+		"  " + us("MIN(created_at)") + "\n" +
+		"FROM " + s.names.table + "\n" +
+		"CROSS JOIN (SELECT '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AS n) v\n" +
+		"GROUP BY status ORDER BY status"
+	rows, err := s.db.QueryContext(ctx, s.causal(q), now.UnixMicro())
+	if err != nil {
+		return core.Stats{}, wrap(ctx, "stats", err)
+	}
+	defer rows.Close()
+	st := core.Stats{Now: now}
+	for rows.Next() {
+		var (
+			c      core.StatusCount
+			status string
+			oldest sql.NullInt64
+		)
+		if err := rows.Scan(&status, &c.Count, &c.UnderMinute, &c.UnderHour, &c.UnderDay, &c.Older,
+			&c.Expired, &c.Stuck, &oldest); err != nil {
+			return core.Stats{}, wrap(ctx, "stats", err)
+		}
+		c.Status, c.Oldest = core.Status(status), nullTime(oldest)
+		st.ByStatus = append(st.ByStatus, c)
+	}
+	if err := rows.Err(); err != nil {
+		return core.Stats{}, wrap(ctx, "stats", err)
+	}
+	return st, nil
+}
