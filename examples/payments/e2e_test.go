@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -120,6 +121,7 @@ func TestFlags(t *testing.T) {
 		{"-framework", "spring"},
 		{"-log", "xml"},
 		{"-provider-latency", "-1s"},
+		{"-book-latency", "-1s"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
@@ -132,7 +134,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.addr != "127.0.0.1:8080" || cfg.framework != "nethttp" || cfg.dsn != "postgres://example/db" ||
-		cfg.providerLatency != 300*time.Millisecond || cfg.lease != 30*time.Second || cfg.wait != 0 {
+		cfg.providerLatency != 300*time.Millisecond || cfg.lease != 30*time.Second || cfg.wait != 0 || cfg.bookLatency != 0 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for in, want := range map[string]string{"": "public", "s1": "s1", `"$user", public`: "public", ` "x" ,public`: "x"} {
@@ -247,6 +249,20 @@ var listeningRE = regexp.MustCompile(`"msg":"listening".*?"addr":"([^"]+)"`)
 // which DATABASE_URL is removed.
 func startServer(t *testing.T, bin string, env []string, args ...string) string {
 	t.Helper()
+	return startProcess(t, bin, env, args...).base
+}
+
+// process is a server started by startProcess.
+type process struct {
+	base string
+	// kill SIGKILLs the server (a crash: nothing is flushed or committed)
+	// and waits for it to exit; the end of the test then expects it gone.
+	kill func()
+}
+
+// startProcess is startServer, also returning a way to kill the server.
+func startProcess(t *testing.T, bin string, env []string, args ...string) process {
+	t.Helper()
 	args = append([]string{"-addr", "127.0.0.1:0", "-log", "json"}, args...)
 	cmd := exec.Command(bin, args...)
 	killWithParent(cmd)
@@ -282,7 +298,10 @@ func startServer(t *testing.T, bin string, env []string, args ...string) string 
 		}
 	}()
 	exited := make(chan struct{})
-	var waitErr error
+	var (
+		waitErr error
+		killed  atomic.Bool
+	)
 	go func() {
 		<-scanned // Wait closes the pipe: read it all first
 		waitErr = cmd.Wait()
@@ -291,7 +310,9 @@ func startServer(t *testing.T, bin string, env []string, args ...string) string 
 	t.Cleanup(func() {
 		select {
 		case <-exited:
-			t.Errorf("server %v exited early: %v", args, waitErr)
+			if !killed.Load() {
+				t.Errorf("server %v exited early: %v", args, waitErr)
+			}
 		default:
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -326,7 +347,11 @@ func startServer(t *testing.T, bin string, env []string, args ...string) string 
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return process{base: base, kill: func() {
+					killed.Store(true)
+					_ = cmd.Process.Kill()
+					<-exited
+				}}
 			}
 		}
 		if time.Now().After(deadline) {

@@ -20,6 +20,9 @@
 //	                            same way (MySQL 8+, MariaDB 10.6+, Galera)
 //	-provider-url URL           external payment provider (default: simulated)
 //	-provider-latency 300ms     latency of the simulated provider
+//	-book-latency 0s            simulated business time between the provider's
+//	                            answer (stored as a recovery point, core.Step)
+//	                            and booking the ledger row
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
@@ -98,6 +101,7 @@ type config struct {
 	dsn             string
 	providerURL     string
 	providerLatency time.Duration
+	bookLatency     time.Duration
 	lease           time.Duration
 	wait            time.Duration
 	retention       time.Duration
@@ -145,6 +149,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("DATABASE_URL"), "postgres://... (pgstore) or mysql://user:pass@host:port/db (mysqlstore); default $DATABASE_URL; empty: in-memory store and ledger")
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "external payment provider base URL (default: in-process simulation)")
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
+	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
@@ -163,6 +168,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if cfg.providerLatency < 0 {
 		return cfg, fmt.Errorf("-provider-latency %v is negative", cfg.providerLatency)
+	}
+	if cfg.bookLatency < 0 {
+		return cfg, fmt.Errorf("-book-latency %v is negative", cfg.bookLatency)
 	}
 	return cfg, nil
 }
@@ -226,7 +234,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := &app{svc: &Service{ledger: ledger, provider: provider, log: log}, eng: eng, log: log}
+	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, log: log}, eng: eng, log: log}
 	if a.openapi, err = openAPIJSON(eng, false); err != nil {
 		return err
 	}
@@ -236,7 +244,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		return err
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
-		"provider", providerDesc, "lease", cfg.lease, "wait", cfg.wait)
+		"provider", providerDesc, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
 	err = frameworks[cfg.framework](ctx, ln, a)
 	log.Info("stopped", "err", err)
 	return err
@@ -250,6 +258,9 @@ func engineOptions(cfg config, log *slog.Logger) []core.Option {
 		core.WithWait(cfg.wait),
 		core.WithRetention(cfg.retention),
 		core.WithLogger(log),
+		// The provider charge is a recovery point (core.Step): refuse a
+		// store that cannot keep it rather than charge unprotected.
+		core.WithStepsRequired(true),
 	}
 }
 

@@ -57,11 +57,26 @@ type Provider interface {
 type Service struct {
 	ledger   Ledger
 	provider Provider
-	log      *slog.Logger
+	// bookLatency is simulated business time between the provider's answer
+	// and the booking (-book-latency): the window in which tests kill the
+	// owner.
+	bookLatency time.Duration
+	log         *slog.Logger
 }
 
 // relayLabel names the provider call for core.RelayKey.
 const relayLabel = "charge"
+
+// chargeStep names the provider charge as a recovery point (core.Step).
+// Part of the handler's contract: an instance of a later release resumes
+// from what an earlier one stored under this name, so its meaning and its
+// JSON form (providerCharge) must not change.
+const chargeStep = "provider-charge"
+
+// providerCharge is the stored result of the charge step.
+type providerCharge struct {
+	ID string `json:"id"`
+}
 
 // CreatePayment handles POST /v1/payments for user with the request body.
 // It must run under idem (ctx carries the lease): the provider gets
@@ -85,11 +100,33 @@ func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (
 		return problem(http.StatusInternalServerError, "not-protected", "Not protected",
 			"the payment handler must run behind the idem middleware")
 	}
-	chargeID, err := s.provider.Charge(ctx, relay, c)
-	if err != nil {
-		s.log.WarnContext(ctx, "provider charge failed", "user", user, "err", err)
+	// The charge is a recovery point: once the provider has answered, its
+	// charge id is stored (fenced, durably) before the handler goes on, and
+	// an instance that takes the key over after a crash books that charge
+	// instead of calling the provider again. The relayed key remains the
+	// second wall for a crash between the answer and the store.
+	var providerErr error
+	charge, err := core.StepJSON(ctx, chargeStep, func(ctx context.Context) (providerCharge, error) {
+		id, err := s.provider.Charge(ctx, relay, c)
+		providerErr = err
+		return providerCharge{ID: id}, err
+	})
+	if providerErr != nil {
+		s.log.WarnContext(ctx, "provider charge failed", "user", user, "err", providerErr)
 		return problem(http.StatusBadGateway, "provider-failed", "Payment provider failed",
 			"the payment provider did not confirm the charge; retry with the same Idempotency-Key")
+	}
+	if err != nil {
+		// Charged (perhaps) but not recorded: a retry resumes or, at
+		// worst, calls the provider again with the same relayed key.
+		s.log.ErrorContext(ctx, "charge step failed", "user", user, "err", err)
+		return problem(http.StatusServiceUnavailable, "charge-not-recorded", "Charge not recorded",
+			"the provider's answer could not be recorded; retry with the same Idempotency-Key")
+	}
+	chargeID := charge.ID
+	if err := sleepCtx(ctx, s.bookLatency); err != nil {
+		return problem(http.StatusServiceUnavailable, "interrupted", "Interrupted",
+			"the payment was interrupted before booking; retry with the same Idempotency-Key")
 	}
 	p := Payment{
 		ID:               paymentID(ctx),
@@ -111,6 +148,21 @@ func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (
 		return problem(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
 	}
 	return http.StatusCreated, out
+}
+
+// sleepCtx waits d, or until ctx is done (its cause is returned).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // ListPayments handles GET /v1/payments for user.
