@@ -30,7 +30,7 @@ func BenchmarkStep(b *testing.B) {
 			cfg.MinConns = int32(workers)
 			pool := pgtest.NewPool(b, cfg)
 			s := newStore(b, pool)
-			eng, err := core.New(s, core.WithStepsRequired(true))
+			eng, err := core.New(s, core.WithStepsRequired(true), core.WithSharedKeySpace())
 			if err != nil {
 				b.Fatal(err)
 			}

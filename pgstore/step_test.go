@@ -17,7 +17,7 @@ import (
 // stepEngine is an engine on s for the step tests.
 func stepEngine(t *testing.T, s *Store, opts ...core.Option) *core.Engine {
 	t.Helper()
-	eng, err := core.New(s, append([]core.Option{core.WithStepsRequired(true)}, opts...)...)
+	eng, err := core.New(s, append([]core.Option{core.WithStepsRequired(true), core.WithSharedKeySpace()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
