@@ -4,7 +4,7 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos demo race-demo
+.PHONY: test services test-galera lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README)
@@ -15,6 +15,12 @@ test: services
 ## services: make sure PostgreSQL and MariaDB answer (start them if installed, else say how to install)
 services:
 	@./scripts/services.sh
+
+## test-galera: the Galera tests (internal/galera) on a throw-away three-node MariaDB Galera cluster
+## on loopback (scripts/galera.sh starts it, runs them, removes it). `make test` runs them too:
+## there TestMain starts the same cluster itself.
+test-galera:
+	./scripts/galera.sh run $(GO) test -race -count=1 -timeout 10m -v ./internal/galera
 
 ## lint: gofmt, go vet and staticcheck
 lint:

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,10 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 const (
@@ -48,33 +44,36 @@ const (
 	maxReported    = 25   // individual failures reported before summarising
 )
 
-// config is the run's size and shape, from the environment.
-type config struct {
-	requests   int
-	frameworks [2]string
-	race       bool
+// Config is the run's size and shape.
+type Config struct {
+	Requests   int       // logical requests, duplicates included
+	Frameworks [2]string // the two instances' -framework values
+	Race       bool      // build the example with -race
 }
 
-func loadConfig(t *testing.T) config {
-	c := config{requests: 3000, frameworks: [2]string{"nethttp", "nethttp"}}
+// LoadConfig reads the Config from the environment (IDEM_CHAOS_REQUESTS,
+// IDEM_CHAOS_FRAMEWORKS, IDEM_CHAOS_RACE); requests is the default size, a
+// fifth of it with -short.
+func LoadConfig(t *testing.T, requests int) Config {
+	c := Config{Requests: requests, Frameworks: [2]string{"nethttp", "nethttp"}}
 	if testing.Short() {
-		c.requests = 600
+		c.Requests = max(10, requests/5)
 	}
 	if v := os.Getenv("IDEM_CHAOS_REQUESTS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 10 {
 			t.Fatalf("IDEM_CHAOS_REQUESTS=%q: want an integer >= 10", v)
 		}
-		c.requests = n
+		c.Requests = n
 	}
 	if v := os.Getenv("IDEM_CHAOS_FRAMEWORKS"); v != "" {
 		f := strings.Split(v, ",")
 		if len(f) != 2 {
 			t.Fatalf("IDEM_CHAOS_FRAMEWORKS=%q: want two comma-separated -framework values", v)
 		}
-		c.frameworks = [2]string{strings.TrimSpace(f[0]), strings.TrimSpace(f[1])}
+		c.Frameworks = [2]string{strings.TrimSpace(f[0]), strings.TrimSpace(f[1])}
 	}
-	c.race = os.Getenv("IDEM_CHAOS_RACE") == "1"
+	c.Race = os.Getenv("IDEM_CHAOS_RACE") == "1"
 	return c
 }
 
@@ -339,37 +338,16 @@ func buildPayments(t *testing.T, race bool) string {
 	args = append(args, "./examples/payments")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	gomod, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(gomod)) == "" {
+		t.Fatalf("go env GOMOD: %v (run the test inside the idem module)", err)
+	}
 	cmd := exec.CommandContext(ctx, goBin, args...)
-	cmd.Dir = filepath.Join("..", "..") // the module root
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod))) // the module root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin
-}
-
-// chaosDSN is the test DSN with the schema, an application_name marking
-// the instances' backends (the only ones the test terminates), and a
-// small pool.
-func chaosDSN(t *testing.T, schema, app string) string {
-	t.Helper()
-	dsn := pgtest.DSN()
-	params := map[string]string{"search_path": schema, "application_name": app, "pool_max_conns": "6"}
-	if strings.Contains(dsn, "://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatalf("parse DSN: %v", err)
-		}
-		q := u.Query()
-		for k, v := range params {
-			q.Set(k, v)
-		}
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	for k, v := range params {
-		dsn += " " + k + "=" + v
-	}
-	return dsn
 }
 
 // ---------------------------------------------------------------- driver
@@ -526,28 +504,51 @@ func (d *driver) probe(ks *keyState) {
 	d.fail.errorf("%s/%s: mismatch probe never got an answer", ks.user, ks.key)
 }
 
-// ---------------------------------------------------------------- the test
+// ---------------------------------------------------------------- the run
 
-func TestChaos(t *testing.T) {
-	cfg := loadConfig(t)
+// LedgerRow is one row of the example's payments table.
+type LedgerRow struct{ User, Charge string }
+
+// Backend is the database the two instances share, and the test's view of
+// it. Its connections are the test's own: Fault never kills them.
+type Backend interface {
+	// Name names the database in the summary ("PostgreSQL", "MariaDB", ...).
+	Name() string
+	// DSN is instance i's -dsn (i is 0 or 1; the two may name different
+	// nodes of one cluster).
+	DSN(i int) string
+	// Fault kills one of the instances' database connections, chosen at
+	// random (pg_terminate_backend, KILL CONNECTION); it returns how many it
+	// killed (0 when none was open).
+	Fault(ctx context.Context) (int, error)
+	// Ledger reads the payments table: rows by payment id, and the row count.
+	Ledger(ctx context.Context) (map[string]LedgerRow, int, error)
+	// Records counts the idempotency records still processing, those of
+	// them past their lease, and the failed ones.
+	Records(ctx context.Context) (processing, lapsed, failed int, err error)
+}
+
+// RandomHex returns n random bytes, hex-encoded (names for schemas,
+// databases, applications).
+func RandomHex(n int) string { return randomHex(n) }
+
+// Run is the chaos test: two examples/payments instances on b, an external
+// fake provider, cfg.Requests requests of which 30% are concurrent
+// duplicates, instance 1 SIGKILLed and restarted over and over, b.Fault
+// every few hundred milliseconds; then the books are checked (see the
+// package documentation).
+func Run(t *testing.T, cfg Config, b Backend) {
 	start := time.Now()
 	st := &stats{}
 	fail := &failures{t: t}
-
-	acfg := pgtest.Config(t)
-	acfg.MaxConns = 2 // schema, terminations, final reads: keep max_connections for others
-	admin := pgtest.NewPool(t, acfg)
-	schema := pgtest.Schema(t, admin)
-	app := "idemchaos_" + randomHex(6)
 
 	prov := &provider{st: st, fail: fail, charges: map[string]string{}, calls: map[string]int{}}
 	provSrv := httptest.NewServer(prov)
 	t.Cleanup(provSrv.Close)
 
-	bin := buildPayments(t, cfg.race)
-	t.Logf("built examples/payments in %v (race %v)", time.Since(start).Round(time.Millisecond), cfg.race)
+	bin := buildPayments(t, cfg.Race)
+	t.Logf("built examples/payments in %v (race %v)", time.Since(start).Round(time.Millisecond), cfg.Race)
 
-	dsn := chaosDSN(t, schema, app)
 	var insts [2]*instance
 	for i := range insts {
 		f, err := os.Create(filepath.Join(t.TempDir(), fmt.Sprintf("instance-%d.log", i)))
@@ -555,15 +556,15 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Instance 0 waits for in-flight duplicates (pgstore's LISTEN/NOTIFY
-		// watcher, its listener among the backends terminated at random);
-		// instance 1 answers them 409.
+		// watcher, its listener among the backends terminated at random;
+		// mysqlstore polls); instance 1 answers them 409.
 		wait := "0s"
 		if i == 0 {
 			wait = waitInFlight.String()
 		}
 		in := &instance{
-			name: fmt.Sprintf("instance-%d(%s, wait %s)", i, cfg.frameworks[i], wait), bin: bin, log: f,
-			args: []string{"-framework", cfg.frameworks[i], "-dsn", dsn, "-provider-url", provSrv.URL,
+			name: fmt.Sprintf("instance-%d(%s, wait %s)", i, cfg.Frameworks[i], wait), bin: bin, log: f,
+			args: []string{"-framework", cfg.Frameworks[i], "-dsn", b.DSN(i), "-provider-url", provSrv.URL,
 				"-lease", lease.String(), "-wait", wait},
 		}
 		insts[i] = in
@@ -590,8 +591,8 @@ func TestChaos(t *testing.T) {
 	d := &driver{t: t, st: st, fail: fail, insts: insts, hc: hc}
 
 	// Jobs: unique keys, dupShare of all requests being concurrent duplicates.
-	uniq := int(float64(cfg.requests)*(1-dupShare) + 0.5)
-	dupProb := float64(cfg.requests-uniq) / float64(uniq)
+	uniq := int(float64(cfg.Requests)*(1-dupShare) + 0.5)
+	dupProb := float64(cfg.Requests-uniq) / float64(uniq)
 	keys := make([]*keyState, uniq)
 	for i := range keys {
 		j := job{
@@ -604,7 +605,7 @@ func TestChaos(t *testing.T) {
 		keys[i] = &keyState{job: j}
 	}
 
-	// Chaos: SIGKILL and restart instance 1; terminate random backends.
+	// Chaos: SIGKILL and restart instance 1; kill random database connections.
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
 	sleep := func(lo, hi time.Duration) bool {
@@ -637,14 +638,10 @@ func TestChaos(t *testing.T) {
 	chaos.Go(func() {
 		for sleep(150*time.Millisecond, 500*time.Millisecond) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			var n int
-			err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (
-	SELECT pid FROM pg_stat_activity
-	WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
-	ORDER BY random() LIMIT 1) victim`, app).Scan(&n)
+			n, err := b.Fault(ctx)
 			cancel()
 			if err != nil {
-				fail.errorf("terminate a backend: %v", err)
+				fail.errorf("%s: kill a connection: %v", b.Name(), err)
 				continue
 			}
 			st.terminations.Add(int64(n))
@@ -732,25 +729,9 @@ func TestChaos(t *testing.T) {
 	// The books: one ledger row per key, with the 201's payment and charge.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	type row struct{ user, charge string }
-	ledger := map[string]row{}
-	rows, err := admin.Query(ctx, `SELECT id, user_id, provider_charge_id FROM `+pgx.Identifier{schema, "payments"}.Sanitize())
+	ledger, ledgerRows, err := b.Ledger(ctx)
 	if err != nil {
 		t.Fatalf("read ledger: %v", err)
-	}
-	ledgerRows := 0
-	for rows.Next() {
-		var id string
-		var r row
-		if err := rows.Scan(&id, &r.user, &r.charge); err != nil {
-			t.Fatal(err)
-		}
-		ledgerRows++
-		ledger[id] = r
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	prov.mu.Lock()
 	charges := len(prov.charges)
@@ -774,7 +755,7 @@ func TestChaos(t *testing.T) {
 		switch {
 		case !ok:
 			fail.errorf("%s/%s: payment %s answered 201 but has no ledger row", ks.user, ks.key, p.ID)
-		case r.user != ks.user || r.charge != p.ProviderChargeID:
+		case r.User != ks.user || r.Charge != p.ProviderChargeID:
 			fail.errorf("%s/%s: ledger row %+v does not match the 201 %s", ks.user, ks.key, r, ks.body201)
 		}
 		ch, calls := chargeOf(ks.user, ks.key)
@@ -814,11 +795,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	// No record stuck in processing past its lease.
-	var processing, lapsed, failed int
-	err = admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'processing'),
-	count(*) FILTER (WHERE status = 'processing' AND locked_until < now()),
-	count(*) FILTER (WHERE status = 'failed')
-FROM `+pgx.Identifier{schema, "idem_records"}.Sanitize()).Scan(&processing, &lapsed, &failed)
+	processing, lapsed, failed, err := b.Records(ctx)
 	if err != nil {
 		t.Fatalf("read records: %v", err)
 	}
@@ -840,12 +817,12 @@ FROM `+pgx.Identifier{schema, "idem_records"}.Sanitize()).Scan(&processing, &lap
 	}
 	fail.summary()
 
-	summary := fmt.Sprintf("chaos: %d requests (%d unique keys, %d concurrent duplicates) in %v on %d CPUs; "+
-		"%d HTTP attempts; %d instance kills, %d restarts, %d backends terminated; "+
+	summary := fmt.Sprintf("chaos on %s: %d requests (%d unique keys, %d concurrent duplicates) in %v on %d CPUs; "+
+		"%d HTTP attempts; %d instance kills, %d restarts, %d database connections killed; "+
 		"answers: %d 201 (%d of them replays), %d 409 in-flight, %d 503, %d 502, %d 500, %d connection errors, %d timeouts; "+
 		"%d mismatch probes -> %d 422; provider: %d calls, %d charges, %d failures, %d lost answers, max %d calls for one key; "+
 		"ledger rows %d; final replays %d/%d byte-identical; records processing %d (past lease %d), failed %d; %d failures",
-		st.requests.Load(), uniq, st.duplicates.Load(), loadTook.Round(time.Millisecond), runtime.NumCPU(),
+		b.Name(), st.requests.Load(), uniq, st.duplicates.Load(), loadTook.Round(time.Millisecond), runtime.NumCPU(),
 		st.attempts.Load(), st.kills.Load(), st.restarts.Load(), st.terminations.Load(),
 		st.created.Load(), st.replays.Load(), st.conflicts.Load(), st.unavailable.Load(), st.badGateway.Load(),
 		st.serverErrors.Load(), st.connErrors.Load(), st.timeouts.Load(),
@@ -854,6 +831,6 @@ FROM `+pgx.Identifier{schema, "idem_records"}.Sanitize()).Scan(&processing, &lap
 		ledgerRows, finalReplays.Load(), 2*len(got201), processing, lapsed, failed, fail.n.Load())
 	t.Log(summary)
 	if st.kills.Load() == 0 || st.terminations.Load() == 0 {
-		t.Errorf("the run had %d kills and %d terminations: no chaos happened", st.kills.Load(), st.terminations.Load())
+		t.Errorf("the run had %d kills and %d connection kills: no chaos happened", st.kills.Load(), st.terminations.Load())
 	}
 }
