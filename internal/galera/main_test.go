@@ -27,15 +27,16 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	stop := func() {}
 	if os.Getenv(EnvDSNs) == "" {
-		stop, err := startCluster()
-		if err != nil {
+		var err error
+		if stop, err = startCluster(); err != nil {
 			fmt.Fprintln(os.Stderr, "galera:", err)
 			return 1
 		}
-		defer stop()
 	}
 	code := m.Run()
+	stop() // before the leak check: its pipe reader ends with the script
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "galera: leaked goroutines:", err)
