@@ -419,6 +419,27 @@ func problemType(b []byte) string {
 	return strings.TrimPrefix(p.Type, core.ProblemBaseURI)
 }
 
+// paymentsProblems is the example's own problem type prefix.
+const paymentsProblems = "https://idemkit.dev/examples/payments/problems/"
+
+// retryable503 reports a 503 that asks for a retry with the same key: the
+// store was unavailable (idem's problem), or the example could not record
+// the provider's answer (its charge step) or was interrupted before
+// booking. A connection killed at the wrong moment produces each of them.
+func retryable503(b []byte) bool {
+	var p core.Problem
+	if json.Unmarshal(b, &p) != nil {
+		return false
+	}
+	switch p.Type {
+	case core.ProblemBaseURI + core.ProblemStoreUnavailable,
+		paymentsProblems + "charge-not-recorded",
+		paymentsProblems + "interrupted":
+		return true
+	}
+	return false
+}
+
 // send is one logical request: retried, as a well-behaved client does,
 // until a final answer or the key deadline.
 func (d *driver) send(ks *keyState, want int) {
@@ -461,7 +482,7 @@ func (d *driver) send(ks *keyState, want int) {
 			ks.mu.Unlock()
 		case a.status == http.StatusConflict && problemType(a.body) == core.ProblemInFlight:
 			d.st.conflicts.Add(1)
-		case a.status == http.StatusServiceUnavailable && problemType(a.body) == core.ProblemStoreUnavailable:
+		case a.status == http.StatusServiceUnavailable && retryable503(a.body):
 			d.st.unavailable.Add(1)
 		case a.status == http.StatusBadGateway:
 			d.st.badGateway.Add(1) // provider failed: the key is retryable
