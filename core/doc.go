@@ -11,6 +11,11 @@
 // and a retry takes over, and the stale owner's late Commit is refused
 // (ErrLeaseLost) because every write is conditional on its lease token.
 //
+// A handler with several side effects marks each with Step (or StepJSON):
+// a recovery point whose result is stored, fenced by the lease, so an owner
+// that takes the key over resumes after it instead of repeating the effect.
+// Stores offer it as an optional capability, StepStore.
+//
 // Adapters (nethttpidem, ginidem, echoidem, fiberidem) only translate: they
 // build a Request and an Exchange (how to run the framework's chain with a
 // capture, write a response, call the user's error handler) and call

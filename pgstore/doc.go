@@ -23,6 +23,13 @@
 // application's clock is never compared with it. One statement per phase:
 // claim, heartbeat, complete, fail, get (TestQueryCounts asserts it).
 //
+// # Steps
+//
+// The store implements core.StepStore (core.Step's recovery points) with the
+// table of migration 0005: each step is one fenced INSERT, committed on its
+// own (outside the handler's Tx) and synchronously, before Step returns; a
+// step's rows go with its record.
+//
 // # Transactional mode
 //
 // A handler that writes to the same database calls Tx(ctx) to get a
