@@ -38,11 +38,12 @@ bench: bench-inproc bench-pg bench-mysql bench-e2e
 bench-inproc:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./nethttpidem ./ginidem ./echoidem ./fiberidem
 
-## bench-pg: pgstore claim+complete vs the raw-statement floor; wait-mode wake-up latency
+## bench-pg: pgstore claim+complete vs the raw-statement floor; wait-mode wake-up latency; cost of a step
 bench-pg:
 	$(GO) test -run '^$$' -bench 'BenchmarkFloor/|BenchmarkNotifyCost' -benchtime 1500x -count 3 -timeout 30m ./pgstore
 	IDEM_FLOOR_DIAG=1 $(GO) test -run '^$$' -bench 'BenchmarkFloorCPU' -benchtime 4000x -count 3 ./pgstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./core ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkStep' -benchtime 1500x -count 3 -timeout 20m ./pgstore
 
 ## bench-mysql: mysqlstore claim+complete vs its own raw statements (alternating, same run); replay; wait-mode wake-up
 bench-mysql:
