@@ -484,10 +484,6 @@ func (d *driver) send(ks *keyState, want int) {
 			d.st.conflicts.Add(1)
 		case a.status == http.StatusServiceUnavailable && retryable503(a.body):
 			d.st.unavailable.Add(1)
-		case a.status == http.StatusServiceUnavailable && retryablePaymentProblem(problemType(a.body)):
-			// The charge step could not be stored (connection killed) or
-			// the booking was interrupted: retryable, the retry resumes.
-			d.st.unavailable.Add(1)
 		case a.status == http.StatusBadGateway:
 			d.st.badGateway.Add(1) // provider failed: the key is retryable
 		case a.status == http.StatusInternalServerError:
@@ -858,12 +854,4 @@ func Run(t *testing.T, cfg Config, b Backend) {
 	if st.kills.Load() == 0 || st.terminations.Load() == 0 {
 		t.Errorf("the run had %d kills and %d connection kills: no chaos happened", st.kills.Load(), st.terminations.Load())
 	}
-}
-
-// retryablePaymentProblem reports the examples/payments 503 problems that
-// leave the key retryable: the provider's answer could not be stored as a
-// recovery point, or the booking was interrupted.
-func retryablePaymentProblem(typ string) bool {
-	const base = "https://idemkit.dev/examples/payments/problems/"
-	return typ == base+"charge-not-recorded" || typ == base+"interrupted"
 }
