@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +175,20 @@ func TestISO8601Duration(t *testing.T) {
 		49*time.Hour + 2*time.Minute + 3*time.Second: "PT49H2M3S", -time.Second: "-PT1S",
 	} {
 		assert.Equal(t, want, core.ISO8601Duration(d), d.String())
+	}
+}
+
+// TestOpenAPIPublishesEveryProblem: each problem of the table a client can
+// receive is described, under its status.
+func TestOpenAPIPublishesEveryProblem(t *testing.T) {
+	b, err := json.Marshal(newEngine(t, memstore.New()).OpenAPI())
+	require.NoError(t, err)
+	for _, p := range core.Problems() {
+		if p.Name == core.ProblemCanceled {
+			assert.NotContains(t, string(b), p.Name, "the 499 reaches no client")
+			continue
+		}
+		assert.Contains(t, string(b), `"`+core.ProblemBaseURI+p.Name+`"`, p.Name)
+		assert.Contains(t, string(b), `"IdemProblem`+strconv.Itoa(p.Status)+`"`, p.Name)
 	}
 }

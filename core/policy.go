@@ -105,26 +105,42 @@ func (p Policy) Replayed(status int) bool {
 type problemSpec struct {
 	name   string
 	status int
-	// when the problem can be answered, in the published description
-	when string
+	when   string // when it is answered, for the published description
 }
 
-// publishedProblems lists, per status, the problems a protected operation
-// may answer, in the order they are published.
+// problemWhen says, per problem name, when a client gets it.
+var problemWhen = map[string]string{
+	ProblemMissingKey:       "the key header is missing",
+	ProblemInvalidKey:       "the key is not a valid key (format, length, several header lines)",
+	ProblemBodyUnreadable:   "the request body could not be read",
+	ProblemScopeUnavailable: "the request's tenant could not be determined",
+	ProblemInFlight:         "a request with this key is still in progress (retry after Retry-After seconds)",
+	ProblemNotRetained:      "the request with this key completed but its response was too large or streamed to keep; it is not run again",
+	ProblemBodyTooLarge:     "the request body is larger than the limit",
+	ProblemPayloadMismatch:  "the key was already used with a different request (method, route, target or body)",
+	ProblemHandlerPanic:     "the request failed without completing; it may be retried with the same key",
+	ProblemHandlerError:     "the request failed without a response; it may be retried with the same key",
+	ProblemStoreUnavailable: "the idempotency store could not be reached or the result could not be recorded; retry with the same key",
+}
+
+// publishedProblems lists the problems a protected operation may answer,
+// from the problem table (core.Problems), in its order. A cancelled
+// request's 499 goes to no one and is not published; missing-key only
+// where the key is required.
 func (p Policy) publishedProblems() []problemSpec {
 	var out []problemSpec
-	if p.KeyRequired {
-		out = append(out, problemSpec{ProblemMissingKey, http.StatusBadRequest, "the " + p.Header + " header is missing"})
+	for _, info := range Problems() {
+		switch {
+		case info.Name == ProblemCanceled:
+			continue
+		case info.Name == ProblemMissingKey && !p.KeyRequired:
+			continue
+		}
+		when := problemWhen[info.Name]
+		if when == "" {
+			when = info.Title
+		}
+		out = append(out, problemSpec{info.Name, info.Status, when})
 	}
-	return append(out,
-		problemSpec{ProblemInvalidKey, http.StatusBadRequest, "the key is not a valid key (format, length, several header lines)"},
-		problemSpec{ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"},
-		problemSpec{ProblemScopeUnavailable, http.StatusUnauthorized, "the request's tenant could not be determined"},
-		problemSpec{ProblemInFlight, http.StatusConflict, "a request with this key is still in progress (retry after Retry-After seconds)"},
-		problemSpec{ProblemNotRetained, http.StatusConflict, "the request with this key completed but its response was too large or streamed to keep; it is not run again"},
-		problemSpec{ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "the request body is larger than the limit"},
-		problemSpec{ProblemPayloadMismatch, http.StatusUnprocessableEntity, "the key was already used with a different request (method, route, target or body)"},
-		problemSpec{ProblemHandlerPanic, http.StatusInternalServerError, "the request failed without completing; it may be retried with the same key"},
-		problemSpec{ProblemStoreUnavailable, http.StatusServiceUnavailable, "the idempotency store could not be reached or the result could not be recorded; retry with the same key"},
-	)
+	return out
 }

@@ -18,6 +18,7 @@ const ScopeName = "github.com/idemkit/idem/otelidem"
 // Attribute keys.
 const (
 	attrOutcome   = attribute.Key("idem.outcome")
+	attrProblem   = attribute.Key("idem.problem")
 	attrPhase     = attribute.Key("idem.phase")
 	attrScope     = attribute.Key("idem.scope")
 	attrRoute     = attribute.Key("http.route")
@@ -105,14 +106,17 @@ func (t *Telemetry) observe(ev core.Event) {
 	if t.cfg.scope && ev.Scope != "" {
 		attrs = append(attrs, attrScope.String(ev.Scope))
 	}
-	switch kind {
-	case "commit", "fail", "abort", "lease_lost":
+	if ev.Problem != "" {
+		attrs = append(attrs, attrProblem.String(ev.Problem))
+	}
+	switch ev.Kind {
+	case core.EventCommit, core.EventFail, core.EventAbort, core.EventLeaseLost:
 		t.commits.Add(ctx, 1, metric.WithAttributes(attrs...))
 		t.storeDur.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(attrPhase.String("commit"), attrOutcome.String(kind)))
-		if kind == "lease_lost" {
+		if ev.Kind == core.EventLeaseLost {
 			t.leaseLost.Add(ctx, 1, metric.WithAttributes(attrs[1:]...))
 		}
-	case "heartbeat_error":
+	case core.EventHeartbeatError:
 		t.hbErrors.Add(ctx, 1, metric.WithAttributes(attrs[1:]...))
 		if errors.Is(ev.Err, core.ErrLeaseLost) {
 			t.leaseLost.Add(ctx, 1, metric.WithAttributes(attrs[1:]...))
@@ -122,7 +126,7 @@ func (t *Telemetry) observe(ev core.Event) {
 			attrs = append(attrs, attrStatus.Int(ev.Status))
 		}
 		t.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
-		if kind != "bypass" && kind != "rejected" {
+		if ev.Kind != core.EventBypass && ev.Kind != core.EventRejected {
 			t.storeDur.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(attrPhase.String("decide"), attrOutcome.String(kind)))
 		}
 	}

@@ -149,8 +149,8 @@ func TestMetricsAndSpans(t *testing.T) {
 		return d
 	}
 	mustOutcome(core.Replay, eng, context.Background(), req("k1-"+sentinel, "a"))
-	mustOutcome(core.Reject, eng, context.Background(), req("k1-"+sentinel, "b"))   // mismatch
-	mustOutcome(core.Reject, eng, context.Background(), req("", "a"))               // missing key
+	mustOutcome(core.Reject, eng, context.Background(), req("k1-"+sentinel, "b"))    // mismatch
+	mustOutcome(core.Reject, eng, context.Background(), req("", "a"))                // missing key
 	mustOutcome(core.Bypass, eng, context.Background(), core.Request{Method: "GET"}) // bypass
 
 	// In flight: a conflict, then a duplicate that waits and gets the replay.
