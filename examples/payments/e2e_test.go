@@ -88,6 +88,11 @@ func TestE2E(t *testing.T) {
 		t.Parallel()
 		checkRetryingClientProviderFailure(t, bin)
 	})
+	t.Run("metrics", func(t *testing.T) {
+		t.Parallel()
+		checkMetrics(t, bin, "nethttp")
+		checkMetrics(t, bin, "fiber")
+	})
 	t.Run("wait mode", func(t *testing.T) {
 		t.Parallel()
 		base := startServer(t, bin, nil, "-provider-latency", "500ms", "-wait", "5s")

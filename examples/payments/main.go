@@ -26,6 +26,8 @@
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
+//	-metrics                    GET /metrics: otelidem's OpenTelemetry metrics
+//	                            through OTel's Prometheus exporter
 //	-log text                   log format on stderr: text | json
 //
 // API:
@@ -92,7 +94,8 @@ type app struct {
 	svc     *Service
 	eng     *core.Engine
 	log     *slog.Logger
-	openapi []byte // GET /openapi.json
+	openapi []byte       // GET /openapi.json
+	metrics http.Handler // GET /metrics (-metrics), else nil
 }
 
 type config struct {
@@ -105,6 +108,7 @@ type config struct {
 	lease           time.Duration
 	wait            time.Duration
 	retention       time.Duration
+	metrics         bool
 	logFormat       string
 }
 
@@ -152,6 +156,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
+	fs.BoolVar(&cfg.metrics, "metrics", false, "serve OpenTelemetry metrics (otelidem) at GET /metrics in the Prometheus format")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json")
 	if err := fs.Parse(args); err != nil {
@@ -230,12 +235,24 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		go maintain(mctx, ps, maintainEvery, log)
 	}
 
-	eng, err := core.New(store, engineOptions(cfg, log)...)
+	opts := engineOptions(cfg, log)
+	var metrics http.Handler
+	if cfg.metrics {
+		tel, h, shutdown, err := newMetrics()
+		if err != nil {
+			return fmt.Errorf("-metrics: %w", err)
+		}
+		defer func() { _ = shutdown(context.Background()) }()
+		store = tel.Store(store)
+		opts = append(opts, core.WithObserver(tel.Observer()))
+		metrics = h
+	}
+	eng, err := core.New(store, opts...)
 	if err != nil {
 		return err
 	}
-	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, log: log}, eng: eng, log: log}
-	if a.openapi, err = openAPIJSON(eng, false); err != nil {
+	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, log: log}, eng: eng, log: log, metrics: metrics}
+	if a.openapi, err = openAPIJSON(eng, cfg.metrics); err != nil {
 		return err
 	}
 

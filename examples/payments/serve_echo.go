@@ -52,6 +52,9 @@ func echoHandler(a *app) (http.Handler, error) {
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, contentType(http.StatusOK), healthBody())
 	})
+	if a.metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(a.metrics))
+	}
 	e.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, contentType(http.StatusOK), a.openapi)
 	})

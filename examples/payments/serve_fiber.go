@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
 	"github.com/idemkit/idem/fiberidem"
 )
@@ -56,6 +57,9 @@ func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
 	f.Get("/healthz", func(c *fiber.Ctx) error {
 		return fiberSend(c, http.StatusOK, healthBody())
 	})
+	if a.metrics != nil {
+		f.Get("/metrics", adaptor.HTTPHandler(a.metrics))
+	}
 	f.Get("/openapi.json", func(c *fiber.Ctx) error {
 		return fiberSend(c, http.StatusOK, a.openapi)
 	})

@@ -51,6 +51,9 @@ func ginHandler(a *app) (http.Handler, error) {
 	r.GET("/healthz", func(c *gin.Context) {
 		c.Data(http.StatusOK, contentType(http.StatusOK), healthBody())
 	})
+	if a.metrics != nil {
+		r.GET("/metrics", gin.WrapH(a.metrics))
+	}
 	r.GET("/openapi.json", func(c *gin.Context) {
 		c.Data(http.StatusOK, contentType(http.StatusOK), a.openapi)
 	})

@@ -47,6 +47,9 @@ func netHTTPHandler(a *app) (http.Handler, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeNetHTTP(w, http.StatusOK, healthBody())
 	})
+	if a.metrics != nil {
+		mux.Handle("GET /metrics", a.metrics)
+	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		writeNetHTTP(w, http.StatusOK, a.openapi)
 	})
