@@ -10,9 +10,10 @@
 //	idemctl stats                                        counts by status and age
 //
 // Every command takes -dsn (default $DATABASE_URL: a PostgreSQL URL or
-// key=value string), -schema and -table (pgstore's WithSchema/WithTable;
-// the retention mode is read from the migrations table), and -json for
-// scripts. Flags may come before or after the key.
+// key=value string; pgstore), or -mysql (a go-sql-driver DSN
+// user:pass@tcp(host:port)/db; mysqlstore), -schema (PostgreSQL) and
+// -table (WithSchema/WithTable; pgstore's retention mode is read from its
+// migrations table), and -json for scripts. Flags may come before or after the key.
 //
 // Keys are capabilities: idemctl never prints one in clear (nor a key given
 // on the command line in an error) unless -show-key/-show-keys asks; it

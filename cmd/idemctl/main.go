@@ -43,12 +43,14 @@ commands:
   maintain  all retention work of the store's mode
   stats     counts by status and age
 
-common flags: -dsn URL (default $DATABASE_URL), -schema, -table, -json, -timeout
+common flags: -dsn URL (PostgreSQL, default $DATABASE_URL) or -mysql DSN (MySQL/MariaDB),
+              -schema (PostgreSQL), -table, -json, -timeout
 run "idemctl COMMAND -h" for a command's flags`
 
 // common are the flags every command takes.
 type common struct {
-	dsn, schema, table string
+	dsn, mysql, schema string
+	table              string
 	json               bool
 	timeout            time.Duration
 	margin             time.Duration
@@ -56,6 +58,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.dsn, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL URL or key=value DSN (default $DATABASE_URL)")
+	fs.StringVar(&c.mysql, "mysql", "", "MySQL/MariaDB (mysqlstore): go-sql-driver DSN user:pass@tcp(host:port)/db, instead of -dsn")
 	fs.StringVar(&c.schema, "schema", "public", "schema of the store's tables (pgstore.WithSchema)")
 	fs.StringVar(&c.table, "table", "idem_records", "records table (pgstore.WithTable)")
 	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
@@ -176,8 +179,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		c.secret = key
 	}
-	if com.dsn == "" {
-		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn or DATABASE_URL\n", cmd)
+	if com.dsn == "" && com.mysql == "" {
+		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL) or -mysql\n", cmd)
 		return exitUsage
 	}
 	if (cmd == "stuck" && limit < 1) || (cmd == "sweep" && batch < 1) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgtest"
 )
@@ -23,9 +25,8 @@ import (
 const sentinel = "S3NT1NEL"
 
 type ctl struct {
-	t      *testing.T
-	dsn    string
-	schema string
+	t  *testing.T
+	db []string // the flags naming the database
 }
 
 type result struct {
@@ -36,7 +37,7 @@ type result struct {
 func (c ctl) run(args ...string) result {
 	c.t.Helper()
 	cmd := args[0]
-	full := append([]string{cmd, "-dsn", c.dsn, "-schema", c.schema}, args[1:]...)
+	full := append(append([]string{cmd}, c.db...), args[1:]...)
 	var out, errb bytes.Buffer
 	code := run(context.Background(), full, strings.NewReader(""), &out, &errb)
 	r := result{code, out.String(), errb.String()}
@@ -61,23 +62,38 @@ func (c ctl) json(v any, args ...string) {
 	}
 }
 
-func setup(t *testing.T) (ctl, *pgstore.Store) {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	ctx := context.Background()
-	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := pgstore.New(pool, pgstore.WithSchema(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return ctl{t: t, dsn: pgtest.DSN(), schema: schema}, st
+// backends runs fn against pgstore (PostgreSQL) and mysqlstore (MariaDB),
+// each on a fresh schema or database.
+func backends(t *testing.T, fn func(t *testing.T, c ctl, st core.Store)) {
+	t.Run("postgres", func(t *testing.T) {
+		pool := pgtest.Pool(t)
+		schema := pgtest.Schema(t, pool)
+		ctx := context.Background()
+		if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := pgstore.New(pool, pgstore.WithSchema(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		fn(t, ctl{t: t, db: []string{"-dsn", pgtest.DSN(), "-schema", schema}}, st)
+	})
+	t.Run("mariadb", func(t *testing.T) {
+		cfg := mytest.Database(t, "")
+		db := mytest.Open(t, cfg)
+		if err := mysqlstore.Migrate(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		st, err := mysqlstore.New(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, ctl{t: t, db: []string{"-mysql", cfg.FormatDSN()}}, st)
+	})
 }
 
-func claim(t *testing.T, st *pgstore.Store, scope, key string, lease, retention time.Duration) core.Fence {
+func claim(t *testing.T, st core.Store, scope, key string, lease, retention time.Duration) core.Fence {
 	t.Helper()
 	res, err := st.Claim(context.Background(), core.ClaimRequest{Scope: scope, Key: key, Method: "POST", Route: "/pay",
 		Fingerprint: "fp", Lease: lease, Retention: retention})
@@ -87,8 +103,9 @@ func claim(t *testing.T, st *pgstore.Store, scope, key string, lease, retention 
 	return core.Fence{Scope: scope, Key: key, Token: res.Record.Token}
 }
 
-func TestInspectStatsStuck(t *testing.T) {
-	c, st := setup(t)
+func TestInspectStatsStuck(t *testing.T) { backends(t, testInspectStatsStuck) }
+
+func testInspectStatsStuck(t *testing.T, c ctl, st core.Store) {
 	ctx := context.Background()
 	kDone, kStuck, kLive := "done-"+sentinel, "stuck-"+sentinel, "live-"+sentinel
 	f := claim(t, st, "u1", kDone, time.Minute, time.Hour)
@@ -151,8 +168,9 @@ func TestInspectStatsStuck(t *testing.T) {
 // TestReleaseLetsRetryRun: an owner died holding a long lease; its retry
 // gets 409 until an operator releases the key, then runs; the dead owner,
 // had it been alive, could no longer commit.
-func TestReleaseLetsRetryRun(t *testing.T) {
-	c, st := setup(t)
+func TestReleaseLetsRetryRun(t *testing.T) { backends(t, testReleaseLetsRetryRun) }
+
+func testReleaseLetsRetryRun(t *testing.T, c ctl, st core.Store) {
 	ctx := context.Background()
 	key := "pay-" + sentinel
 	eng, err := core.New(st, core.WithLease(time.Hour), core.WithRetention(2*time.Hour),
@@ -230,8 +248,9 @@ func itoa(n int64) string {
 	return string(b)
 }
 
-func TestSweepMaintain(t *testing.T) {
-	c, st := setup(t)
+func TestSweepMaintain(t *testing.T) { backends(t, testSweepMaintain) }
+
+func testSweepMaintain(t *testing.T, c ctl, st core.Store) {
 	ctx := context.Background()
 	for _, k := range []string{"a-" + sentinel, "b-" + sentinel} {
 		f := claim(t, st, "u1", k, 100*time.Millisecond, 200*time.Millisecond)
@@ -287,13 +306,14 @@ func TestUsage(t *testing.T) {
 		t.Errorf("unreachable: exit %d %s", code, errb.String())
 	}
 	// The key from stdin.
-	c, st := setup(t)
-	claim(t, st, "u1", "stdin-"+sentinel, time.Minute, time.Hour)
-	out.Reset()
-	errb.Reset()
-	code = run(context.Background(), []string{"inspect", "-dsn", c.dsn, "-schema", c.schema, "-scope", "u1", "-json", "-"},
-		strings.NewReader("stdin-"+sentinel+"\n"), &out, &errb)
-	if code != exitOK || !strings.Contains(out.String(), core.RedactKey("stdin-"+sentinel)) {
-		t.Errorf("key from stdin: exit %d %s %s", code, out.String(), errb.String())
-	}
+	backends(t, func(t *testing.T, c ctl, st core.Store) {
+		claim(t, st, "u1", "stdin-"+sentinel, time.Minute, time.Hour)
+		out.Reset()
+		errb.Reset()
+		code = run(context.Background(), append(append([]string{"inspect"}, c.db...), "-scope", "u1", "-json", "-"),
+			strings.NewReader("stdin-"+sentinel+"\n"), &out, &errb)
+		if code != exitOK || !strings.Contains(out.String(), core.RedactKey("stdin-"+sentinel)) {
+			t.Errorf("key from stdin: exit %d %s %s", code, out.String(), errb.String())
+		}
+	})
 }

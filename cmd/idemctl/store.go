@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -15,8 +19,11 @@ import (
 // interface. The retention mode is read from the store's migrations, so
 // the tool needs no flag for it.
 func openStore(ctx context.Context, c common) (core.Admin, func(), error) {
+	if c.mysql != "" {
+		return openMySQL(c)
+	}
 	if strings.HasPrefix(c.dsn, "mysql://") {
-		return nil, nil, fmt.Errorf("mysqlstore does not offer core.Admin yet; idemctl supports PostgreSQL (pgstore)")
+		return nil, nil, fmt.Errorf("-dsn: for MySQL/MariaDB use -mysql with a go-sql-driver DSN (user:pass@tcp(host:port)/db)")
 	}
 	cfg, err := pgxpool.ParseConfig(c.dsn)
 	if err != nil {
@@ -46,4 +53,25 @@ func openStore(ctx context.Context, c common) (core.Admin, func(), error) {
 		return nil, nil, err
 	}
 	return st, func() { st.Close(); pool.Close() }, nil
+}
+
+// openMySQL opens mysqlstore on a go-sql-driver DSN. No statement is sent
+// until a command runs.
+func openMySQL(c common) (core.Admin, func(), error) {
+	cfg, err := mysql.ParseDSN(c.mysql)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-mysql: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)")
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-mysql: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(2)
+	st, err := mysqlstore.New(db, mysqlstore.WithTable(c.table), mysqlstore.WithRetentionMargin(c.margin))
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return st, func() { _ = db.Close() }, nil
 }
