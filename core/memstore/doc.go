@@ -14,6 +14,9 @@
 // removed when accessed; Purge removes the rest, and WithMaxEntries bounds
 // memory without ever evicting a live record.
 //
+// It implements core.Watcher and core.StepStore: a record's steps live on
+// the record, survive a takeover, and go when it completes or expires.
+//
 // Responses are copied on the way in and out: a caller may reuse or modify
 // the bodies and header maps it passes or receives.
 package memstore

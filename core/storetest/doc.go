@@ -48,6 +48,16 @@
 // a watch on each change a waiting duplicate acts on (claim, Fail, takeover,
 // Complete) within a few seconds; those sub-tests skip for other stores.
 //
+// A store that also implements the optional core.StepStore (recovery
+// points, core.Step) is checked in the "Steps" group: save and load, fenced
+// writes (a stale owner's write is refused and changes nothing, also when
+// every past owner of a key writes at once, and while a takeover races the
+// old owner's writes), steps survive a takeover, end with completion,
+// expire with their record (a key new again has none), scope isolation, the
+// size limits and done contexts. Those sub-tests skip for other stores,
+// except Steps/TakeoverNotFresh, which every store must pass: a takeover
+// never reports core.ClaimResult.Fresh.
+//
 // BenchmarkWaitWake is a single benchmark body rather than a suite: it
 // measures how soon a waiting duplicate (core.WithWait) replays after the
 // owner commits, on a given store, polled or woken by its core.Watcher.
