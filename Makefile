@@ -65,6 +65,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeClaimRow$$' -fuzztime $(FUZZTIME) ./pgstore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./mysqlstore
 
 ## chaos: full-size chaos test (10k requests; two payments instances on one PostgreSQL schema,
 ## one waiting for in-flight duplicates (-wait 1s, LISTEN/NOTIFY), SIGKILLs, pg_terminate_backend,
