@@ -55,7 +55,7 @@ func Config(tb testing.TB, dsn string) *mysql.Config {
 	return cfg
 }
 
-// Open connects with cfg (MaxOpenConns DefaultMaxConns), pings the server,
+// Open connects with cfg (MaxOpenConns and MaxIdleConns DefaultMaxConns), pings the server,
 // and closes the pool when the test ends. If the server is unreachable it
 // fails the test with a message saying how to point the tests at one.
 func Open(tb testing.TB, cfg *mysql.Config) *sql.DB {
@@ -66,6 +66,10 @@ func Open(tb testing.TB, cfg *mysql.Config) *sql.DB {
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(DefaultMaxConns)
+	// Keep connections (database/sql keeps 2 idle by default): statements
+	// prepared on a connection die with it, and tests should run the way a
+	// sized production pool does.
+	db.SetMaxIdleConns(DefaultMaxConns)
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
