@@ -10,25 +10,56 @@ import (
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
+	"github.com/idemkit/idem/internal/pgstoretest"
 )
 
 // adapter serves the suite's routes the way an Echo app would: each route
 // with the idem middleware, the neutral handler mounted by echo.WrapHandler.
 var adapter = idemtest.Adapter{
 	Name: "echo",
-	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
+	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
+		var opts []echoidem.Option
+		if cfg.NilOptions {
+			opts = append(opts, nil, echoidem.WithScope(nil), echoidem.WithSkipper(nil), echoidem.WithErrorHandler(nil))
+		}
+		if !cfg.NoScope {
+			opts = append(opts, echoidem.WithScope(func(c echo.Context) (string, error) {
+				if cfg.ScopeErr != nil {
+					return "", cfg.ScopeErr
+				}
+				return c.Request().Header.Get(idemtest.ScopeHeader), nil
+			}))
+		}
+		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
+			opts = append(opts, echoidem.WithErrorHandler(func(c echo.Context, err error, fallback *core.Response) error {
+				if cfg.ErrorHandlerSaw != nil {
+					cfg.ErrorHandlerSaw(err)
+				}
+				if !cfg.SilentErrorHandler {
+					_ = core.WriteResponse(c.Response(), fallback)
+				}
+				return nil
+			}))
+		}
+		mw, err := echoidem.New(eng, opts...)
+		if err != nil {
+			return "", err
+		}
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
-		mw := mw(eng, echoidem.WithScope(func(c echo.Context) (string, error) {
-			return c.Request().Header.Get(idemtest.ScopeHeader), nil
-		}))
 		for _, rt := range routes {
-			e.Add(rt.Method, rt.Path, echo.WrapHandler(rt.Handler), mw)
+			h := echo.WrapHandler(rt.Handler)
+			if cfg.HandlerError != nil {
+				h = func(c echo.Context) error {
+					rt.Handler.ServeHTTP(httptest.NewRecorder(), c.Request())
+					return cfg.HandlerError
+				}
+			}
+			e.Add(rt.Method, rt.Path, h, mw)
 		}
 		srv := httptest.NewServer(e)
 		t.Cleanup(srv.Close)
-		return srv.URL
+		return srv.URL, nil
 	},
 }
 

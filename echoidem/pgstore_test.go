@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/idemkit/idem/internal/pgstoretest"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestPostgresTransactionalMode: the lease reaches an Echo handler through

@@ -3,6 +3,7 @@ package fiberidem_test
 import (
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -13,21 +14,59 @@ import (
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/fiberidem"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
+	"github.com/idemkit/idem/internal/pgstoretest"
 )
 
 // adapter serves the suite's routes the way a Fiber app would: each route
 // with the idem handler in front, on a real listener.
 var adapter = idemtest.Adapter{
 	Name: "fiber",
-	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
+	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
+		var opts []fiberidem.Option
+		if cfg.NilOptions {
+			opts = append(opts, nil, fiberidem.WithScope(nil), fiberidem.WithSkip(nil),
+				fiberidem.WithRoute(nil), fiberidem.WithErrorHandler(nil))
+		}
+		if !cfg.NoScope {
+			opts = append(opts, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
+				if cfg.ScopeErr != nil {
+					return "", cfg.ScopeErr
+				}
+				return c.Get(idemtest.ScopeHeader), nil
+			}))
+		}
+		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
+			opts = append(opts, fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *core.Response) error {
+				if cfg.ErrorHandlerSaw != nil {
+					cfg.ErrorHandlerSaw(err)
+				}
+				if !cfg.SilentErrorHandler {
+					c.Status(fallback.Status)
+					for k, v := range fallback.Header {
+						c.Set(k, v[0])
+					}
+					return c.Send(fallback.Body)
+				}
+				return nil
+			}))
+		}
+		mw, err := fiberidem.New(eng, opts...)
+		if err != nil {
+			return "", err
+		}
 		app := fiber.New(fiber.Config{DisableStartupMessage: true})
 		quickStop(app)
-		mw := mw(eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
-			return c.Get(idemtest.ScopeHeader), nil
-		}))
 		for _, rt := range routes {
-			app.Add(rt.Method, rt.Path, mw, httpHandler(rt.Handler))
+			h := httpHandler(rt.Handler)
+			if cfg.HandlerError != nil {
+				h = func(c *fiber.Ctx) error {
+					if r, err := adaptor.ConvertRequest(c, true); err == nil {
+						rt.Handler.ServeHTTP(httptest.NewRecorder(), r.WithContext(c.UserContext()))
+					}
+					return cfg.HandlerError
+				}
+			}
+			app.Add(rt.Method, rt.Path, mw, h)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -44,7 +83,7 @@ var adapter = idemtest.Adapter{
 			}
 			<-done
 		})
-		return "http://" + ln.Addr().String()
+		return "http://" + ln.Addr().String(), nil
 	},
 }
 

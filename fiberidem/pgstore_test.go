@@ -7,8 +7,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/idemkit/idem/internal/pgstoretest"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestPostgresTransactionalMode: the lease reaches a native Fiber handler

@@ -10,24 +10,54 @@ import (
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
+	"github.com/idemkit/idem/internal/pgstoretest"
 )
 
 // adapter mounts each idemtest route natively: the middleware, then the
 // neutral handler through gin.WrapH.
 var adapter = idemtest.Adapter{
 	Name: "gin",
-	Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
+	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
+		var opts []ginidem.Option
+		if cfg.NilOptions {
+			opts = append(opts, nil, ginidem.WithScope(nil), ginidem.WithSkip(nil), ginidem.WithErrorHandler(nil))
+		}
+		if !cfg.NoScope {
+			opts = append(opts, ginidem.WithScope(func(c *gin.Context) (string, error) {
+				if cfg.ScopeErr != nil {
+					return "", cfg.ScopeErr
+				}
+				return c.GetHeader(idemtest.ScopeHeader), nil
+			}))
+		}
+		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
+			opts = append(opts, ginidem.WithErrorHandler(func(c *gin.Context, err error, fallback *core.Response) {
+				if cfg.ErrorHandlerSaw != nil {
+					cfg.ErrorHandlerSaw(err)
+				}
+				if !cfg.SilentErrorHandler {
+					_ = core.WriteResponse(c.Writer, fallback)
+				}
+			}))
+		}
+		mw, err := ginidem.New(eng, opts...)
+		if err != nil {
+			return "", err
+		}
 		r := gin.New()
-		mw := mw(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
-			return c.GetHeader(idemtest.ScopeHeader), nil
-		}))
 		for _, rt := range routes {
-			r.Handle(rt.Method, rt.Path, mw, gin.WrapH(rt.Handler))
+			h := gin.WrapH(rt.Handler)
+			if cfg.HandlerError != nil {
+				h = func(c *gin.Context) {
+					rt.Handler.ServeHTTP(httptest.NewRecorder(), c.Request)
+					_ = c.Error(cfg.HandlerError)
+				}
+			}
+			r.Handle(rt.Method, rt.Path, mw, h)
 		}
 		srv := httptest.NewServer(r)
 		t.Cleanup(srv.Close)
-		return srv.URL
+		return srv.URL, nil
 	},
 }
 

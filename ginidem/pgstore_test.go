@@ -8,8 +8,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemkit/idem/internal/pgstoretest"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestPostgresTransactionalMode: the lease reaches a gin handler through

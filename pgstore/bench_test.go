@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 var benchRun atomic.Int64

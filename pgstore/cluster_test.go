@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // twoStores returns two stores on two separate pools (two "instances")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // TestConformance runs storetest on each mode, as configured by default and

@@ -67,6 +67,7 @@
 // core.ErrLeaseLost, core.ErrNotFound); nothing panics on connection loss,
 // serialization failures or a full pool.
 //
-// The package pgstore/pgtest holds test helpers (a pool on the test
-// database, a fresh schema per test) for adapters and examples.
+// Test helpers (a pool on the test database, a fresh schema per test, a
+// migrated store) live in the module's internal/pgtest and
+// internal/pgstoretest: test support for this module, not API.
 package pgstore

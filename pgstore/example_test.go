@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // Example wires pgstore into an engine in transactional mode: the handler

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // TestMigrateConcurrent: several instances start at once and all migrate

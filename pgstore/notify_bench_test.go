@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // BenchmarkNotifyCost measures what a pg_notify in the completing

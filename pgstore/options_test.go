@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 func TestNewValidation(t *testing.T) {

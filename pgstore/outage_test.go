@@ -37,9 +37,9 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/nethttpidem"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // outageProxy forwards TCP connections to PostgreSQL until cut.

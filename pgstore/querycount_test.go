@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // countingTracer counts the statements pgx sends (every Exec, Query,

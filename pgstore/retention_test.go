@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // TestSweep: expired records go in bounded batches, oldest first; a record

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // BenchmarkStep measures what a recovery point costs a first execution:

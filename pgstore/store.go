@@ -177,7 +177,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		case err == nil:
 			// The record moved on in between (expired and re-created):
 			// the claim's answer stands, without a payload we cannot see.
-			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: record %q changed while reading its payload; retry", req.Key)
+			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: the record changed while reading its payload; retry")
 		default:
 			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: read payload: %w", err)
 		}
@@ -406,7 +406,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error)
 		if !now.Before(r.ExpiresAt) {
 			return core.Record{}, fmt.Errorf("pgstore: get: %w (expired, payload dropped)", core.ErrNotFound)
 		}
-		return core.Record{}, fmt.Errorf("pgstore: get: completed record %q has no payload (payload partition dropped before expiry?)", key)
+		return core.Record{}, fmt.Errorf("pgstore: get: a completed record has no payload (payload partition dropped before expiry?)")
 	}
 	return r, nil
 }

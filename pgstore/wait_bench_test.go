@@ -6,7 +6,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/pgstore/pgtest"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // BenchmarkWaitWake measures how soon a waiting duplicate replays after the

@@ -12,9 +12,9 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // The tests run idemctl (in process, through run) against the real

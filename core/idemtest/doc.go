@@ -3,30 +3,49 @@
 // fiber, or any new framework.
 //
 // An adapter author describes how to serve a list of routes through the
-// adapter's middleware, then calls Run with a store constructor:
+// adapter's middleware, with the variations a Config asks for, then calls
+// Run with a store constructor:
 //
 //	func TestConformance(t *testing.T) {
 //		idemtest.Run(t, idemtest.Adapter{
 //			Name: "gin",
-//			Serve: func(t *testing.T, eng *core.Engine, routes []idemtest.Route) string {
-//				r := gin.New()
-//				mw, err := ginidem.New(eng, ginidem.WithScope(func(c *gin.Context) (string, error) {
-//					return c.GetHeader(idemtest.ScopeHeader), nil
-//				}))
-//				if err != nil {
-//					t.Fatal(err)
+//			ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
+//				var opts []ginidem.Option
+//				if !cfg.NoScope {
+//					opts = append(opts, ginidem.WithScope(func(c *gin.Context) (string, error) {
+//						if cfg.ScopeErr != nil {
+//							return "", cfg.ScopeErr
+//						}
+//						return c.GetHeader(idemtest.ScopeHeader), nil
+//					}))
 //				}
+//				// ... cfg.NilOptions, cfg.SilentErrorHandler, cfg.ErrorHandlerSaw, cfg.HandlerError
+//				mw, err := ginidem.New(eng, opts...)
+//				if err != nil {
+//					return "", err // the constructor's refusal is part of the contract
+//				}
+//				r := gin.New()
 //				for _, rt := range routes {
 //					r.Handle(rt.Method, rt.Path, mw, gin.WrapH(rt.Handler))
 //				}
 //				srv := httptest.NewServer(r)
 //				t.Cleanup(srv.Close)
-//				return srv.URL
+//				return srv.URL, nil
 //			},
 //		}, func(t *testing.T) core.Store { return memstore.New() })
 //	}
 //
-// Requirements on Serve:
+// The cross-adapter scenarios pin what every adapter shares because the flow
+// is core's: an adapter without a scope function cannot be built (unless
+// the engine has core.WithSharedKeySpace), a scope error answers 401 and is
+// logged, a silent error handler still yields the problem response, a
+// failed commit answers 503 instead of the handler's response, a handler
+// error goes through the outcome policy (never a 2xx, retryable), nil
+// options are harmless, Retry-After follows core.WithRetryAfter, and a
+// sentinel key sent down every error path never appears in a log line, an
+// event's error, an error handler's error or a response body.
+//
+// Requirements on ServeConfig (and Serve, its older form without Config):
 //   - It serves every route (method and path exactly as given; paths have
 //     no parameters) through the adapter's idem middleware built on eng, on
 //     a real listener on 127.0.0.1, and returns the base URL

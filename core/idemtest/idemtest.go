@@ -39,6 +39,37 @@ type Adapter struct {
 	// header ScopeHeader, and returns its base URL. It registers cleanup
 	// (server shutdown) with t.Cleanup.
 	Serve func(t *testing.T, eng *core.Engine, routes []Route) (baseURL string)
+	// ServeConfig is Serve with the variations the cross-adapter scenarios
+	// need (see Config). When the adapter's constructor fails, it returns
+	// that error and serves nothing. Required: Run fails without it.
+	ServeConfig func(t *testing.T, eng *core.Engine, routes []Route, cfg Config) (baseURL string, err error)
+	// NoHandlerErrors: the framework has no way for a handler to report an
+	// error other than writing a response (net/http); the handler-error
+	// scenario checks nothing then.
+	NoHandlerErrors bool
+}
+
+// Config varies how ServeConfig builds the adapter's middleware. The zero
+// Config is Serve's.
+type Config struct {
+	// NoScope: build without the adapter's scope option.
+	NoScope bool
+	// ScopeErr: the scope function returns this error for every request.
+	ScopeErr error
+	// SilentErrorHandler: install an error handler (WithErrorHandler) that
+	// writes nothing and returns nil.
+	SilentErrorHandler bool
+	// ErrorHandlerSaw, when set, is called by that error handler (silent or
+	// not) with the error it got.
+	ErrorHandlerSaw func(err error)
+	// NilOptions: also pass a nil Option and every option the adapter has
+	// with a nil argument, before the scope option.
+	NilOptions bool
+	// HandlerError: each route's native handler first runs Route.Handler
+	// with a writer that discards what it writes, then reports HandlerError
+	// the framework's way (gin: c.Error; echo, fiber: return it) and writes
+	// nothing.
+	HandlerError error
 }
 
 // ScopeHeader is the request header the adapter's scope option must read:
@@ -96,8 +127,11 @@ func (s countingWatcher) Watch(ctx context.Context, scope, key string) (<-chan s
 // newStore. Scenario names are stable; see the package documentation.
 func Run(t *testing.T, a Adapter, newStore func(t *testing.T) core.Store) {
 	t.Helper()
-	if a.Serve == nil {
-		t.Fatal("idemtest: Adapter.Serve is nil")
+	if a.Serve == nil && a.ServeConfig == nil {
+		t.Fatal("idemtest: Adapter.Serve and ServeConfig are nil")
+	}
+	if a.ServeConfig == nil {
+		t.Fatal("idemtest: Adapter.ServeConfig is nil (the cross-adapter scenarios need it)")
 	}
 	if newStore == nil {
 		t.Fatal("idemtest: newStore is nil")
@@ -137,6 +171,15 @@ type env struct {
 // start builds the engine on a fresh store (wrapped by wrap, if not nil)
 // and serves routes.
 func (e *env) start(routes []Route, wrap func(core.Store) core.Store, opts ...core.Option) {
+	e.t.Helper()
+	if err := e.startConfig(Config{}, routes, wrap, opts...); err != nil {
+		e.t.Fatalf("idemtest: serve: %v", err)
+	}
+}
+
+// startConfig is start with a Config; it returns the adapter's
+// construction error.
+func (e *env) startConfig(cfg Config, routes []Route, wrap func(core.Store) core.Store, opts ...core.Option) error {
 	t := e.t
 	t.Helper()
 	inner := e.newStore(t)
@@ -159,12 +202,22 @@ func (e *env) start(routes []Route, wrap func(core.Store) core.Store, opts ...co
 	e.id = randID()
 	tr := &http.Transport{MaxIdleConns: 200, MaxIdleConnsPerHost: 200, IdleConnTimeout: 30 * time.Second}
 	e.client = &http.Client{Transport: tr, Timeout: clientTimeout}
-	e.base = strings.TrimRight(e.adapter.Serve(t, eng, routes), "/")
-	if e.base == "" {
-		t.Fatal("idemtest: Serve returned an empty base URL")
+	var base string
+	if e.adapter.ServeConfig != nil {
+		base, err = e.adapter.ServeConfig(t, eng, routes, cfg)
+		if err != nil {
+			return err
+		}
+	} else {
+		base = e.adapter.Serve(t, eng, routes)
 	}
 	// Registered after Serve's cleanup, so it runs first (LIFO).
 	t.Cleanup(tr.CloseIdleConnections)
+	e.base = strings.TrimRight(base, "/")
+	if e.base == "" {
+		t.Fatal("idemtest: Serve returned an empty base URL")
+	}
+	return nil
 }
 
 func randID() string {

@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/nethttpidem"
-	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // The end-to-end tests build the example binary once and start it as a

@@ -16,7 +16,7 @@
 //
 //	IDEM_CHAOS_REQUESTS=10000 go test -count=1 -timeout 20m -run TestChaos -v ./internal/chaos
 //
-// Environment: IDEM_TEST_PG_DSN (see pgstore/pgtest), IDEM_TEST_MYSQL_DSN
+// Environment: IDEM_TEST_PG_DSN (see internal/pgtest), IDEM_TEST_MYSQL_DSN
 // (see internal/mytest), IDEM_CHAOS_REQUESTS
 // (default 3000, 600 with -short), IDEM_CHAOS_FRAMEWORKS (the two
 // instances' -framework values, default "nethttp,nethttp"),

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/pgstore"
-	"github.com/idemkit/idem/pgstore/pgtest"
 )
 
 // Store migrates a fresh schema (dropped when t ends, see pgtest.Schema) on
