@@ -49,6 +49,7 @@ type config struct {
 	txIdle      time.Duration
 	// optimisticClaim: bare INSERT first, the claim function on a conflict.
 	optimisticClaim bool
+	listen          listenConfig // listen.go
 
 	// clockOffset shifts the database clock the store reads (now() +
 	// offset). Tests only: it lets them drive a record across a day

@@ -35,6 +35,10 @@ type Store struct {
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.
 	binaryClaim bool
+
+	// listenConn: where the wait-mode listener connects; nil behind a
+	// transaction pooler without WithListenConnString (listen.go).
+	listenConn *pgx.ConnConfig
 }
 
 var _ core.Store = (*Store)(nil)
@@ -69,6 +73,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		s.txPool = cfg.txPool
 	}
 	s.watch = newWatchHub(s)
+	if err := s.initListen(); err != nil {
+		return nil, err
+	}
 	migs, err := loadMigrations(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: new: %w", err)

@@ -236,9 +236,13 @@ func (h *watchHub) start(ctx context.Context) error {
 	if skip {
 		return nil
 	}
+	cc, err := h.s.listenConnConfig()
+	if err != nil {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, listenTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, h.s.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(cctx, cc)
 	if err != nil {
 		return err
 	}

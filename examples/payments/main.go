@@ -26,6 +26,12 @@
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
+//	-tx-pooler                  -dsn goes through PgBouncer in transaction pooling
+//	                            (pgstore.WithTransactionPooler; add
+//	                            default_query_exec_mode=exec to -dsn)
+//	-listen-dsn URL             direct connection for wait mode's LISTEN behind
+//	                            such a pooler (pgstore.WithListenConnString);
+//	                            without it waiting duplicates poll (logged)
 //	-metrics                    GET /metrics: otelidem's OpenTelemetry metrics
 //	                            through OTel's Prometheus exporter
 //	-log text                   log format on stderr: text | json
@@ -109,6 +115,8 @@ type config struct {
 	wait            time.Duration
 	retention       time.Duration
 	metrics         bool
+	txPooler        bool   // -dsn goes through a transaction pooler (PgBouncer)
+	listenDSN       string // direct connection for wait mode's LISTEN
 	logFormat       string
 }
 
@@ -156,6 +164,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
+	fs.BoolVar(&cfg.txPooler, "tx-pooler", false, "-dsn goes through a transaction pooler (PgBouncer pool_mode=transaction): wait mode LISTENs on -listen-dsn, or polls")
+	fs.StringVar(&cfg.listenDSN, "listen-dsn", "", "direct PostgreSQL connection for wait mode's LISTEN when -dsn goes through a transaction pooler")
 	fs.BoolVar(&cfg.metrics, "metrics", false, "serve OpenTelemetry metrics (otelidem) at GET /metrics in the Prometheus format")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json")
@@ -222,7 +232,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		defer cancel()
 		go maintain(mctx, ms, maintainEvery, log)
 	} else {
-		pool, ps, pl, schema, err := openPG(ctx, cfg)
+		pool, ps, pl, schema, err := openPG(ctx, cfg, log)
 		if err != nil {
 			return err
 		}
@@ -283,7 +293,7 @@ func engineOptions(cfg config, log *slog.Logger) []core.Option {
 
 // openPG connects, migrates the store and the ledger, and builds both. The
 // schema is the first entry of the DSN's search_path, else "public".
-func openPG(ctx context.Context, cfg config) (*pgxpool.Pool, *pgstore.Store, *pgLedger, string, error) {
+func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *pgstore.Store, *pgLedger, string, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.dsn)
 	if err != nil {
 		return nil, nil, nil, "", fmt.Errorf("-dsn: %w", err)
@@ -307,6 +317,13 @@ func openPG(ctx context.Context, cfg config) (*pgxpool.Pool, *pgstore.Store, *pg
 		// A handler holds its transaction across the provider call; end a
 		// transaction abandoned by a bug rather than pin its locks forever.
 		pgstore.WithTxIdleTimeout(2*providerTimeout + cfg.lease),
+		pgstore.WithLogger(log),
+	}
+	if cfg.txPooler {
+		opts = append(opts, pgstore.WithTransactionPooler())
+	}
+	if cfg.listenDSN != "" {
+		opts = append(opts, pgstore.WithListenConnString(cfg.listenDSN))
 	}
 	if err := pgstore.Migrate(cctx, pool, opts...); err != nil {
 		return fail(err)
