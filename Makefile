@@ -4,7 +4,7 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services test-galera lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos demo race-demo
+.PHONY: test services test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README)
@@ -80,3 +80,9 @@ demo:
 ## race-demo: naive cache middleware vs idem under a burst of duplicates
 race-demo:
 	$(GO) run ./examples/racedemo
+
+## test-pgbouncer: examples/payments through PgBouncer in transaction pooling (installs
+## Debian's pgbouncer if absent; runs it as the postgres user on 127.0.0.1:15901)
+test-pgbouncer:
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || (apt-get update && apt-get install -y pgbouncer)
+	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 5m -run '^TestPgBouncer$$' -v ./internal/topology
