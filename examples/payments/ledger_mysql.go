@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,10 +29,30 @@ func isMySQLDSN(dsn string) bool {
 	return strings.HasPrefix(dsn, "mysql://")
 }
 
+// defaultMySQLPool is the pool size unless the DSN's pool_max_conns says
+// otherwise.
+const defaultMySQLPool = 32
+
 // mysqlConfig turns mysql://user:pass@host[:port]/db[?params] into the
-// go-sql-driver configuration (params are the driver's DSN parameters).
-// Errors never repeat the password.
-func mysqlConfig(dsn string) (*mysql.Config, error) {
+// go-sql-driver configuration and the pool size. params are the driver's
+// DSN parameters, plus pool_max_conns (as in pgx's DSNs; default
+// defaultMySQLPool). Errors never repeat the password.
+func mysqlConfig(dsn string) (*mysql.Config, int, error) {
+	cfg, err := parseMySQLURL(dsn)
+	if err != nil {
+		return nil, 0, err
+	}
+	pool := defaultMySQLPool
+	if v, ok := cfg.Params["pool_max_conns"]; ok {
+		delete(cfg.Params, "pool_max_conns")
+		if pool, err = strconv.Atoi(v); err != nil || pool < 1 {
+			return nil, 0, fmt.Errorf("-dsn: pool_max_conns=%q: want a positive integer", v)
+		}
+	}
+	return cfg, pool, nil
+}
+
+func parseMySQLURL(dsn string) (*mysql.Config, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return nil, errors.New("-dsn: not a mysql://user:pass@host:port/db URL")
@@ -63,7 +84,7 @@ func mysqlConfig(dsn string) (*mysql.Config, error) {
 
 // openMySQL connects, migrates the store and the ledger, and builds both.
 func openMySQL(ctx context.Context, cfg config) (*sql.DB, *mysqlstore.Store, *mysqlLedger, string, error) {
-	mcfg, err := mysqlConfig(cfg.dsn)
+	mcfg, pool, err := mysqlConfig(cfg.dsn)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
@@ -75,8 +96,8 @@ func openMySQL(ctx context.Context, cfg config) (*sql.DB, *mysqlstore.Store, *my
 	// A handler holds a connection for its transaction across the provider
 	// call; bound the pool so a burst queues here instead of exhausting the
 	// server's max_connections, and recycle idle connections.
-	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(32)
+	db.SetMaxOpenConns(pool)
+	db.SetMaxIdleConns(pool)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	fail := func(err error) (*sql.DB, *mysqlstore.Store, *mysqlLedger, string, error) {
 		_ = db.Close()

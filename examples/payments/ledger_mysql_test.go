@@ -8,18 +8,20 @@ import (
 func TestMySQLConfig(t *testing.T) {
 	for _, tc := range []struct {
 		dsn, want string
+		pool      int
 	}{
-		{"mysql://root@127.0.0.1/test", "root@tcp(127.0.0.1:3306)/test"},
-		{"mysql://app:s3cr%40t@db.example:3307/pay", "app:s3cr@t@tcp(db.example:3307)/pay"},
-		{"mysql://app@[::1]:3306/pay?timeout=5s", "app@tcp([::1]:3306)/pay?timeout=5s"},
+		{"mysql://root@127.0.0.1/test", "root@tcp(127.0.0.1:3306)/test", defaultMySQLPool},
+		{"mysql://app:s3cr%40t@db.example:3307/pay", "app:s3cr@t@tcp(db.example:3307)/pay", defaultMySQLPool},
+		{"mysql://app@[::1]:3306/pay?timeout=5s", "app@tcp([::1]:3306)/pay?timeout=5s", defaultMySQLPool},
+		{"mysql://app@h/pay?pool_max_conns=8&timeout=5s", "app@tcp(h:3306)/pay?timeout=5s", 8},
 	} {
-		cfg, err := mysqlConfig(tc.dsn)
+		cfg, pool, err := mysqlConfig(tc.dsn)
 		if err != nil {
 			t.Errorf("mysqlConfig(%q): %v", tc.dsn, err)
 			continue
 		}
-		if got := cfg.FormatDSN(); got != tc.want {
-			t.Errorf("mysqlConfig(%q) = %q, want %q", tc.dsn, got, tc.want)
+		if got := cfg.FormatDSN(); got != tc.want || pool != tc.pool {
+			t.Errorf("mysqlConfig(%q) = %q, pool %d; want %q, pool %d", tc.dsn, got, pool, tc.want, tc.pool)
 		}
 	}
 	for _, dsn := range []string{
@@ -27,8 +29,9 @@ func TestMySQLConfig(t *testing.T) {
 		"mysql://app:hunter2@/pay",                // no host
 		"mysql://app:hunter2@db.example/pay/more", // not a database name
 		"mysql://app:hunter2@db.example/pay?timeout=never",
+		"mysql://app:hunter2@db.example/pay?pool_max_conns=0",
 	} {
-		_, err := mysqlConfig(dsn)
+		_, _, err := mysqlConfig(dsn)
 		if err == nil {
 			t.Errorf("mysqlConfig(%q) accepted", dsn)
 			continue

@@ -17,7 +17,8 @@
 //	                            database, both migrated at start; a search_path
 //	                            in the DSN selects the schema (default public).
 //	                            mysql://user:pass@host:port/db: mysqlstore, the
-//	                            same way (MySQL 8+, MariaDB 10.6+, Galera)
+//	                            same way (MySQL 8+, MariaDB 10.6+, Galera);
+//	                            pool_max_conns=N sets its pool (default 32)
 //	-provider-url URL           external payment provider (default: simulated)
 //	-provider-latency 300ms     latency of the simulated provider
 //	-book-latency 0s            simulated business time between the provider's
