@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/internal/mytest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -74,25 +76,36 @@ func (p *countingProvider) snapshot() (map[string]int, map[string]string) {
 }
 
 // TestCrashAfterChargeResumes is the recovery point through real processes,
-// for every framework: two instances of the example on one PostgreSQL
-// schema with an external provider; the first is SIGKILLed after the
-// provider answered and the charge was stored as a step, during the
-// -book-latency before the ledger booking. After its lease, a retry through
-// the second instance answers 201 with the same charge, the provider saw
-// exactly one call for the relayed key, and the ledger has one row.
+// for every framework and both databases: two instances of the example on
+// one schema (PostgreSQL) or database (MariaDB) with an external provider;
+// the first is SIGKILLed after the provider answered and the charge was
+// stored as a step, during the -book-latency before the ledger booking.
+// After its lease, a retry through the second instance answers 201 with the
+// same charge, the provider saw exactly one call for the relayed key, and
+// the ledger has one row.
 func TestCrashAfterChargeResumes(t *testing.T) {
 	bin := buildBinary(t)
 	for _, fw := range frameworkNames() {
 		t.Run(fw, func(t *testing.T) {
 			t.Parallel()
-			checkCrashAfterCharge(t, bin, fw)
+			t.Run("postgres", func(t *testing.T) {
+				t.Parallel()
+				dsn := testDSN(t)
+				checkCrashAfterCharge(t, bin, fw, dsn, pgStepStored(t, dsn))
+			})
+			t.Run("mysql", func(t *testing.T) {
+				t.Parallel()
+				cfg, dsn := testMySQL(t)
+				checkCrashAfterCharge(t, bin, fw, dsn, mysqlStepStored(t, cfg))
+			})
 		})
 	}
 }
 
-func checkCrashAfterCharge(t *testing.T, bin, fw string) {
+// checkCrashAfterCharge runs the crash on the database of dsn; stepStored
+// reports whether the charge step is stored.
+func checkCrashAfterCharge(t *testing.T, bin, fw, dsn string, stepStored func() bool) {
 	const lease = 2 * time.Second
-	dsn := testDSN(t)
 	prov := newCountingProvider()
 	srv := httptest.NewServer(prov)
 	t.Cleanup(srv.Close)
@@ -116,7 +129,7 @@ func checkCrashAfterCharge(t *testing.T, bin, fw string) {
 	}
 	// The step is stored right after the provider's answer; the booking
 	// waits -book-latency (2s). Kill once the step is there.
-	waitForStep(t, dsn, 1500*time.Millisecond)
+	waitFor(t, "the charge step stored", 1500*time.Millisecond, stepStored)
 	owner.kill()
 	if r := <-first; r.err == nil {
 		t.Fatalf("the killed owner answered %d %s; the kill came too late (after the booking)", r.status, r.body)
@@ -159,28 +172,45 @@ func checkCrashAfterCharge(t *testing.T, bin, fw string) {
 	}
 }
 
-// waitForStep waits until the schema of dsn holds one stored step (pgstore's
-// table idem_records_steps, migration 0005), failing after limit.
-func waitForStep(t *testing.T, dsn string, limit time.Duration) {
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within %v", what, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pgStepStored reports whether the schema of dsn holds a stored step
+// (pgstore's table idem_records_steps, migration 0005).
+func pgStepStored(t *testing.T, dsn string) func() bool {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	table := pgx.Identifier{u.Query().Get("search_path"), "idem_records_steps"}.Sanitize()
 	pool := pgtest.Pool(t)
-	deadline := time.Now().Add(limit)
-	for {
+	return func() bool {
 		var n int
 		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 			t.Fatalf("read steps: %v", err)
 		}
-		if n > 0 {
-			return
+		return n > 0
+	}
+}
+
+// mysqlStepStored reports whether the database of cfg holds a stored step
+// (mysqlstore keeps them in the record's steps column, migration 0004).
+func mysqlStepStored(t *testing.T, cfg *mysql.Config) func() bool {
+	db := mytest.Open(t, cfg)
+	return func() bool {
+		var n int
+		if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM idem_records WHERE steps IS NOT NULL AND JSON_LENGTH(steps) > 1").Scan(&n); err != nil {
+			t.Fatalf("read steps: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no step stored %v after the provider's answer", limit)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return n > 0
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/idemkit/idem/internal/mytest"
 	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/nethttpidem"
@@ -217,6 +219,13 @@ func testDSN(t *testing.T) string {
 // server is unreachable.
 func testMySQLDSN(t *testing.T) string {
 	t.Helper()
+	_, dsn := testMySQL(t)
+	return dsn
+}
+
+// testMySQL is testMySQLDSN, also returning the database's configuration.
+func testMySQL(t *testing.T) (*mysql.Config, string) {
+	t.Helper()
 	cfg := mytest.Database(t, "")
 	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
 	if cfg.Passwd != "" {
@@ -224,7 +233,7 @@ func testMySQLDSN(t *testing.T) string {
 	} else {
 		u.User = url.User(cfg.User)
 	}
-	return u.String()
+	return cfg, u.String()
 }
 
 // lockedBuffer collects a child's stderr for failure reports.
