@@ -5,7 +5,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
+	"github.com/idemkit/idem/internal/mysqlstoretest"
 )
 
 // TestConformanceMySQL runs the suite on mysqlstore, in a database of its

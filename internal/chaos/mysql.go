@@ -24,34 +24,28 @@ type mysqlBackend struct {
 	db     string
 	admins []*sql.DB // one per server the instances use; admins[0] reads the results
 	dsns   [2]string
+	// readPrefix makes the final reads causal on Galera.
+	readPrefix string
 }
 
 // NewMySQL creates a fresh database for a run on the server named by
 // servers[i] for instance i (go-sql-driver DSNs; "" is the test server,
 // IDEM_TEST_MYSQL_DSN). On a Galera cluster, name two nodes: the database
 // is created through the first and replicates to the others; the results
-// are read through the first with causal reads. The database is dropped
+// are read through the first, causally. The database is dropped
 // when the test ends.
 func NewMySQL(t *testing.T, name string, servers [2]string) Backend {
 	t.Helper()
 	m := &mysqlBackend{name: name}
 	fresh := mytest.Database(t, servers[0])
 	m.db = fresh.DBName
-	seen := map[string]*sql.DB{}
+	seen := map[string]bool{}
 	for i, server := range servers {
 		cfg := mytest.Config(t, server)
-		admin, ok := seen[cfg.Addr]
-		if !ok {
-			acfg := cfg.Clone()
-			// Wait for the cluster's earlier commits before every read
-			// (a no-op off Galera: the variable exists only there, so
-			// set it only when asked).
-			if name == "Galera" {
-				acfg.Params = map[string]string{"wsrep_sync_wait": "1"}
-			}
-			admin = mytest.Open(t, acfg)
+		if !seen[cfg.Addr] {
+			seen[cfg.Addr] = true
+			admin := mytest.Open(t, cfg)
 			admin.SetMaxOpenConns(2)
-			seen[cfg.Addr] = admin
 			m.admins = append(m.admins, admin)
 		}
 		u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + m.db}
@@ -61,6 +55,16 @@ func NewMySQL(t *testing.T, name string, servers [2]string) Backend {
 			u.User = url.User(cfg.User)
 		}
 		m.dsns[i] = u.String()
+	}
+	// On a Galera node, read the results causally: wait for the cluster's
+	// earlier commits (made through the other node) first.
+	var vname, value string
+	err := m.admins[0].QueryRowContext(context.Background(), "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&vname, &value)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("detect galera: %v", err)
+	}
+	if value == "ON" {
+		m.readPrefix = "SET STATEMENT wsrep_sync_wait = 1 FOR "
 	}
 	return m
 }
@@ -92,7 +96,7 @@ WHERE db = ? AND id <> CONNECTION_ID() AND user <> 'system user' ORDER BY RAND()
 }
 
 func (m *mysqlBackend) Ledger(ctx context.Context) (map[string]LedgerRow, int, error) {
-	rows, err := m.admins[0].QueryContext(ctx, "SELECT id, user_id, provider_charge_id FROM `"+m.db+"`.`payments`")
+	rows, err := m.admins[0].QueryContext(ctx, m.readPrefix+"SELECT id, user_id, provider_charge_id FROM `"+m.db+"`.`payments`")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -111,7 +115,7 @@ func (m *mysqlBackend) Ledger(ctx context.Context) (map[string]LedgerRow, int, e
 }
 
 func (m *mysqlBackend) Records(ctx context.Context) (processing, lapsed, failed int, err error) {
-	err = m.admins[0].QueryRowContext(ctx, "SELECT COALESCE(SUM(status = 'processing'), 0), "+
+	err = m.admins[0].QueryRowContext(ctx, m.readPrefix+"SELECT COALESCE(SUM(status = 'processing'), 0), "+
 		"COALESCE(SUM(status = 'processing' AND locked_until < UTC_TIMESTAMP(6)), 0), "+
 		"COALESCE(SUM(status = 'failed'), 0) FROM `"+m.db+"`.`idem_records`").Scan(&processing, &lapsed, &failed)
 	return processing, lapsed, failed, err
