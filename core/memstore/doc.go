@@ -17,6 +17,9 @@
 // It implements core.Watcher and core.StepStore: a record's steps live on
 // the record, survive a takeover, and go when it completes or expires.
 //
-// Responses are copied on the way in and out: a caller may reuse or modify
-// the bodies and header maps it passes or receives.
+// Responses are copied on the way in (Complete): a caller may reuse the
+// body and header map it passes. On the way out they are shared: every
+// Claim and Get of a record hands out the same read-only response (its
+// header map, values and body), as core.Store allows; callers copy what
+// they change (the engine builds each replay's headers anew).
 package memstore
