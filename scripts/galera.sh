@@ -12,6 +12,7 @@
 # serves SQL on BASE+6+i (15607-15609), group communication on BASE+10i+1, IST on
 # BASE+10i+2, rsync SST on BASE+10i+3 (15611-15633).
 #
+# IDEM_GALERA_PROVIDER overrides the path of libgalera_smm.so (Debian's by default).
 # For CMD the environment holds IDEM_TEST_GALERA_DSNS (three go-sql-driver DSNs,
 # comma-separated, node order) and IDEM_TEST_GALERA_DSN1..3.
 set -euo pipefail
@@ -25,7 +26,7 @@ esac
 
 BASE=${IDEM_GALERA_PORT_BASE:-15600}
 WAIT=${IDEM_GALERA_WAIT:-120}
-PROVIDER=/usr/lib/galera/libgalera_smm.so
+PROVIDER=${IDEM_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 NODES=(1 2 3)
 
 log() { echo "galera: $*" >&2; }

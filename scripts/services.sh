@@ -2,7 +2,9 @@
 # services.sh: make sure the databases the test suite needs are answering.
 #
 # Used by `make test` (and so by .ci/run, which runs `make test`): it is the
-# whole set-up a newcomer needs. For each of PostgreSQL and MariaDB:
+# whole set-up a newcomer needs. It also checks that the packages the Galera
+# tests need are installed (they start their own cluster). For each of
+# PostgreSQL and MariaDB:
 #   - answering already        -> left alone (shared servers are never restarted);
 #   - installed, not answering -> started with the distribution's own command, then waited for;
 #   - not installed            -> stop at once, printing the one command that installs it.
@@ -86,3 +88,17 @@ if [ -z "${IDEM_TEST_MYSQL_DSN:-}" ] && command -v mariadb >/dev/null 2>&1 &&
 	die "MariaDB answers but root@$MY_HOST (no password) cannot use database $MY_DB, which the tests expect (or set IDEM_TEST_MYSQL_DSN). As root on this machine run: mariadb -e \"CREATE USER IF NOT EXISTS root@'127.0.0.1'; GRANT ALL ON *.* TO root@'127.0.0.1' WITH GRANT OPTION; CREATE DATABASE IF NOT EXISTS test\""
 fi
 say "MariaDB ok ($MY_HOST:$MY_PORT)"
+
+# --- Galera -------------------------------------------------------------------
+# internal/galera starts a throw-away three-node cluster (scripts/galera.sh)
+# unless IDEM_TEST_GALERA_DSNS names one: check its packages now, not minutes
+# into the run.
+if [ -z "${IDEM_TEST_GALERA_DSNS:-}" ]; then
+	[ -f "${IDEM_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}" ] ||
+		die "the Galera provider (for internal/galera) is not installed. Install it with: apt-get install -y galera-4 rsync"
+	command -v rsync >/dev/null 2>&1 ||
+		die "rsync (Galera's state transfer, for internal/galera) is not installed. Install it with: apt-get install -y rsync"
+	command -v mariadb-install-db >/dev/null 2>&1 ||
+		die "mariadb-install-db (for internal/galera) is missing. Install it with: apt-get install -y mariadb-server"
+	say "Galera packages ok (internal/galera starts its own cluster)"
+fi
