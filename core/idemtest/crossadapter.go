@@ -60,15 +60,9 @@ func (s failComplete) Watch(ctx context.Context, scope, key string) (<-chan stru
 
 // capture collects log output and every error string idem hands out.
 type capture struct {
+	log  LogBuffer
 	mu   sync.Mutex
-	buf  bytes.Buffer
 	errs []string
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
 }
 
 func (c *capture) err(err error) {
@@ -82,7 +76,7 @@ func (c *capture) err(err error) {
 
 func (c *capture) options() []core.Option {
 	return []core.Option{
-		core.WithLogger(slog.New(slog.NewTextHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		core.WithLogger(slog.New(slog.NewTextHandler(&c.log, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 		core.WithObserver(func(ev core.Event) { c.err(ev.Err) }),
 	}
 }
@@ -90,7 +84,7 @@ func (c *capture) options() []core.Option {
 func (c *capture) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.buf.String() + strings.Join(c.errs, "\n")
+	return c.log.String() + strings.Join(c.errs, "\n")
 }
 
 func scNoScope(t *testing.T, e *env) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -106,7 +107,7 @@ func schemaDSN(t *testing.T, schema string) string {
 // /healthz.
 func startPayments(t *testing.T, bin, framework, addr, dsn, providerLatency string) string {
 	t.Helper()
-	var logs lockedBuffer
+	var logs idemtest.LogBuffer
 	cmd := exec.Command(bin, "-addr", addr, "-framework", framework, "-dsn", dsn,
 		"-provider-latency", providerLatency, "-lease", "10s", "-log", "json")
 	cmd.Env = append(os.Environ(), "DATABASE_URL=")
@@ -147,24 +148,6 @@ func startPayments(t *testing.T, bin, framework, addr, dsn, providerLatency stri
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// lockedBuffer collects a process's output; read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func lastBytes(s string, n int) string {
