@@ -4,7 +4,7 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos demo race-demo
+.PHONY: test services test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README)
@@ -72,6 +72,11 @@ fuzz:
 ## 30% duplicates). `make test` runs a 3000-request version.
 chaos:
 	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' -v ./internal/chaos
+
+## crash: TestCrashPostgres with 15 rounds (PostgreSQL crashed with pg_ctl -m immediate under the
+## payments flow, on a throwaway cluster on port 15702). `make test` runs 3 rounds.
+crash:
+	IDEM_CRASH_ROUNDS=15 $(GO) test -count=1 -timeout 20m -run '^TestCrashPostgres$$' -v ./examples/payments
 
 ## demo: the payments example on 127.0.0.1:8080 (memstore, no setup)
 demo:

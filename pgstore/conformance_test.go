@@ -19,7 +19,10 @@ import (
 //     suggests behind PgBouncer in transaction mode, without prepared
 //     statements (QueryExecModeExec) or with the simple protocol, where
 //     every result comes back as text and the claim's binary composite
-//     cannot be asked for.
+//     cannot be asked for;
+//   - transactional: WithTransactional (claims, heartbeats committed
+//     without waiting for their flush: other statements), alone, with
+//     WithOptimisticClaim and on the simple protocol.
 func TestConformance(t *testing.T) {
 	type variant struct {
 		name     string
@@ -33,6 +36,9 @@ func TestConformance(t *testing.T) {
 			variant{m.name + "/optimistic", 0, append([]Option{WithOptimisticClaim()}, m.opts...)},
 			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
 			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
+			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},
+			variant{m.name + "/transactional/optimistic", 0, append([]Option{WithTransactional(), WithOptimisticClaim()}, m.opts...)},
+			variant{m.name + "/transactional/simple_protocol", pgx.QueryExecModeSimpleProtocol, append([]Option{WithTransactional()}, m.opts...)},
 		)
 	}
 	for _, v := range variants {

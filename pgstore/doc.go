@@ -39,7 +39,11 @@
 // stored response are one atomic fact. A stale owner (its lease lapsed, a
 // retry took the key over) fails the fence: its transaction is rolled back
 // and its writes vanish; the engine answers it 409. An aborted execution
-// (error, panic, 5xx) rolls the transaction back.
+// (error, panic, 5xx) rolls the transaction back. BEGIN travels with the
+// handler's first statement and the fenced update with COMMIT, so a first
+// execution is three round trips; with WithTransactional the claim does not
+// wait for its WAL flush (the business commit flushes it), so it is one WAL
+// flush. See README.md, "Synchronous and asynchronous commits".
 //
 // # Waiting duplicates
 //

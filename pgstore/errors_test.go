@@ -59,12 +59,19 @@ func TestPoolExhausted(t *testing.T) {
 			t.Errorf("%s: %v does not wrap context.DeadlineExceeded", op, err)
 		}
 	}
-	// Transactional mode: Tx needs a connection too.
+	// Transactional mode: the transaction takes its connection at its
+	// first statement (Tx itself sends nothing).
 	hctx := core.ContextWithLease(t.Context(), core.NewLease(s, f))
 	ctx, cancel := context.WithTimeout(hctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := Tx(ctx); err == nil || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Tx on a full pool: %v", err)
+	tx, err := Tx(ctx)
+	if err != nil {
+		t.Fatalf("Tx: %v", err)
+	}
+	_, err = tx.Exec(ctx, "SELECT 1")
+	requirePrefixed(t, err, "tx: acquire connection")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("first statement on a full pool: %v does not wrap context.DeadlineExceeded", err)
 	}
 }
 

@@ -50,6 +50,9 @@ type config struct {
 	// optimisticClaim: bare INSERT first, the claim function on a conflict.
 	optimisticClaim bool
 	listen          listenConfig // listen.go
+	// transactional: claims and heartbeats commit without waiting for
+	// their WAL flush (WithTransactional).
+	transactional bool
 
 	// clockOffset shifts the database clock the store reads (now() +
 	// offset). Tests only: it lets them drive a record across a day
@@ -185,6 +188,27 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 // Default: off.
 func WithOptimisticClaim() Option {
 	return optionFunc(func(c *config) { c.optimisticClaim = true })
+}
+
+// WithTransactional declares that the store runs in transactional mode:
+// handlers keep their effects in the transaction Tx hands out (and call
+// anything outside the database with a relayed key, core.RelayKey). Claims
+// and heartbeats then commit with synchronous_commit = off: they are
+// visible to every session at once but do not wait for their WAL flush.
+// The business commit, which is synchronous, flushes them with it (WAL
+// order); if the database crashes before it, nothing the claim protected
+// was committed either, so a lost claim is a lost lock, never a lost fact.
+// A first execution then costs one WAL flush instead of two. Completing
+// and anything else that stores a fact stay synchronous.
+//
+// Do not use it when handlers have effects outside the database without a
+// relayed key: a crash and quick recovery of the database during such a
+// handler could lose its claim and let a duplicate run it too. See
+// "Synchronous and asynchronous commits" in the README.
+//
+// Default: off (plain mode: every claim and heartbeat waits for its flush).
+func WithTransactional() Option {
+	return optionFunc(func(c *config) { c.transactional = true })
 }
 
 // WithTxIdleTimeout makes every transaction begun by Tx set

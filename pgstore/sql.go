@@ -15,11 +15,14 @@ type statements struct {
 	claimNew  string // WithOptimisticClaim's first statement
 	heartbeat string
 	complete  string
-	fail      string
-	mark      string
-	get       string
-	sweep     string
-	now       string
+	// completeTx: complete inside the handler's transaction; raises
+	// leaseLostMarker when the fence matches nothing.
+	completeTx string
+	fail       string
+	mark       string
+	get        string
+	sweep      string
+	now        string
 }
 
 // The store calls the claim function of migration 0004 (one statement, one
@@ -87,6 +90,19 @@ const (
 		` AND (expires_at > {{NOW}} OR locked_until > {{NOW}})`
 
 	recordCols = `scope, key, method, route, fingerprint, status, token, locked_until, created_at, expires_at`
+
+	// asyncCTE makes the statement's own (implicit) transaction commit
+	// without waiting for its WAL flush: set_config(..., true) is SET LOCAL,
+	// and synchronous_commit is read at commit. As a CTE of the statement it
+	// costs no round trip (a SET LOCAL would cost one, and needs a
+	// transaction block). A statement that writes nothing commits nothing,
+	// so whether the CTE runs then does not matter.
+	asyncCTE = `WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS sc)
+`
+
+	// leaseLostMarker is the text of the error the in-transaction complete
+	// raises when its fence matches nothing (see completeTx).
+	leaseLostMarker = "idem: lease lost"
 )
 
 // claimSet is the DO UPDATE SET clause of the claim: the claim conditions
@@ -194,6 +210,9 @@ func buildStatements(c config) statements {
 	// DO NOTHING first, claimFull only when the key exists; one composite
 	// value, decoded by decodeClaimRow.
 	s.claim = `SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}})`
+	if c.transactional {
+		s.claim = asyncCTE + s.claim + ` FROM async`
+	}
 	// The same call for pools that only get text results: the composite's
 	// fields as columns (OFFSET 0 keeps the function to one call), the
 	// fast path's NULLs filled in from the request.
@@ -203,12 +222,19 @@ func buildStatements(c config) statements {
        (c).resp_status, (c).resp_header, (c).resp_body, (c).resp_not_retained, (c).has_payload,
        (c).claimed, (c).now
 FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFSET 0) q`
+	if c.transactional {
+		s.claimText = asyncCTE + strings.Replace(s.claimText, "{{NOW}}) AS c OFFSET 0", "{{NOW}}) AS c FROM async OFFSET 0", 1)
+	}
 	// WithOptimisticClaim: the function's fast path as the statement itself.
 	s.claimNew = `INSERT INTO ` + n.table + ` (` + recordCols + `)
 VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + n.seq + `'::regclass),
         {{NOW}} + $6::bigint * interval '1 microsecond', {{NOW}}, {{NOW}} + $7::bigint * interval '1 microsecond')
 ON CONFLICT (scope, key) DO NOTHING
 RETURNING token, locked_until, created_at, expires_at, {{NOW}}`
+	if c.transactional {
+		s.claimNew = asyncCTE + strings.Replace(s.claimNew, "\nVALUES (", "\nSELECT ", 1)
+		s.claimNew = strings.Replace(s.claimNew, "{{NOW}} + $7::bigint * interval '1 microsecond')\nON CONFLICT", "{{NOW}} + $7::bigint * interval '1 microsecond'\nFROM async\nON CONFLICT", 1)
+	}
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
@@ -242,11 +268,27 @@ WHERE c.scope = $1 AND c.key = $2`
 )
 SELECT waiters FROM c`
 	}
-	// $4: extension (µs).
+	// The complete inside the handler's transaction, sent in one round trip
+	// with its COMMIT: when the fence matches nothing it must abort the
+	// transaction, so that the pipelined COMMIT cannot commit the stale
+	// owner's business writes. It raises an error (a text that is not a
+	// boolean, naming itself: leaseLostMarker) instead of returning no
+	// row; PostgreSQL then skips the COMMIT and the store rolls back.
+	s.completeTx = completeTxSQL(s.complete, c.partitioned)
+	// $4: extension (µs). In transactional mode a heartbeat need not wait
+	// for its flush: losing it in a crash loses nothing the crash did not
+	// already end (the handler's transaction).
 	s.heartbeat = `UPDATE ` + n.table + ` SET locked_until = {{NOW}} + $4::bigint * interval '1 microsecond' WHERE ` + fenceWhere
-	s.fail = `UPDATE ` + n.table + ` SET status = 'failed' WHERE ` + fenceWhere + ` RETURNING waiters`
+	if c.transactional {
+		s.heartbeat = asyncCTE + `UPDATE ` + n.table + ` SET locked_until = {{NOW}} + $4::bigint * interval '1 microsecond' FROM async WHERE ` + fenceWhere
+	}
+	// A fail never waits for its flush, in either mode: if a crash loses
+	// it, the record stays processing until its lease lapses, which is what
+	// a crashed owner leaves anyway.
+	s.fail = asyncCTE + `UPDATE ` + n.table + ` SET status = 'failed' FROM async WHERE ` + fenceWhere + ` RETURNING waiters`
 	// A waiter marks an in-flight record (migration 0003, watch.go).
-	s.mark = `UPDATE ` + n.table + ` SET waiters = true WHERE scope = $1 AND key = $2 AND status = 'processing'`
+	// Asynchronous too: a lost mark only means the waiter polls.
+	s.mark = asyncCTE + `UPDATE ` + n.table + ` SET waiters = true FROM async WHERE scope = $1 AND key = $2 AND status = 'processing'`
 
 	// Sweep: bounded batch, oldest first, skipping rows another session
 	// holds (a claim in progress). The row lock taken by FOR UPDATE makes
@@ -264,7 +306,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := nowReplacer(c)
-	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.complete, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s
@@ -278,4 +320,22 @@ func nowReplacer(c config) *strings.Replacer {
 		now = fmt.Sprintf("(now() + interval '%d microseconds')", c.clockOffset.Microseconds())
 	}
 	return strings.NewReplacer("{{NOW}}", now)
+}
+
+// completeTxSQL wraps the complete statement so that it returns its waiters
+// flag when the fence matched and raises an error naming leaseLostMarker
+// when it did not. The cast of a non-constant text to boolean is the
+// raise: plain SQL has no RAISE, and a function would need a migration.
+func completeTxSQL(complete string, partitioned bool) string {
+	raise := `SELECT CASE WHEN count(*) = 1 THEN bool_or(waiters)
+       ELSE ('` + leaseLostMarker + ` (the fenced complete matched ' || count(*) || ' rows); the transaction is rolled back')::boolean END
+FROM c`
+	if partitioned {
+		// Already a CTE statement ending in SELECT waiters FROM c.
+		return strings.TrimSuffix(complete, `SELECT waiters FROM c`) + raise
+	}
+	return `WITH c AS (
+` + complete + `
+)
+` + raise
 }

@@ -326,10 +326,11 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 // Complete implements core.Store: one fenced statement (UPDATE, or in
 // partitioned mode an UPDATE plus the payload INSERT in one CTE).
 //
-// When ctx carries the lease for f and a transaction was begun for it by
-// Tx, the fenced statement runs inside that transaction, which is then
-// committed: the handler's writes and the stored response become one atomic
-// fact. If the fence no longer matches, the transaction is rolled back (the
+// When ctx carries the lease for f and the handler ran statements in the
+// transaction Tx gave it, the fenced statement runs inside that
+// transaction, pipelined with its COMMIT (one round trip): the handler's
+// writes and the stored response become one atomic fact. If the fence no
+// longer matches, the statement raises, the transaction is rolled back (the
 // handler's writes vanish) and ErrLeaseLost is returned.
 func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
 	const op = "complete"
@@ -351,8 +352,8 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	}
 	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 
-	if tx := s.takeTx(ctx, f); tx != nil {
-		return s.completeInTx(ctx, tx, f, args)
+	if t := s.takeTx(ctx, f); t != nil {
+		return s.completeInTx(ctx, t, f, args)
 	}
 	matched, waiters, err := fenced(ctx, s.pool, s.sql.complete, args...)
 	if err != nil {
@@ -368,14 +369,26 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 }
 
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
-// this lease is rolled back first.
+// this lease is rolled back in the same round trip (one pipeline on its
+// connection: ROLLBACK, then the fenced update).
 func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	const op = "fail"
-	s.abandonTx(ctx, f)
+	t := s.takeTx(ctx, f)
 	if err := ctx.Err(); err != nil {
+		if t != nil {
+			t.rollback(ctx)
+		}
 		return wrap(ctx, op, err)
 	}
-	matched, waiters, err := fenced(ctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token)
+	var (
+		matched, waiters bool
+		err              error
+	)
+	if t != nil {
+		matched, waiters, err = s.failInTx(ctx, t, f)
+	} else {
+		matched, waiters, err = fenced(ctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token)
+	}
 	if err != nil {
 		return wrap(ctx, op, err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/core"
 )
@@ -17,7 +19,9 @@ var (
 	// that idem let proceed (no core.Lease in the context).
 	ErrNoLease = errors.New("pgstore: no idem lease in context: Tx must be called with the context of a handler idem let proceed")
 	// ErrLeaseFinished is returned by Tx when the lease was already
-	// completed or failed: its transaction, if any, is over.
+	// completed or failed: its transaction, if any, is over. The
+	// transaction's methods return it too (wrapping pgx.ErrTxClosed) when
+	// a handler goroutine uses the transaction after that.
 	ErrLeaseFinished = errors.New("pgstore: the lease is finished; its transaction was committed or rolled back")
 	// ErrTxOwned is returned by Commit and Rollback on the transaction Tx
 	// hands out: idem ends it (commit with the stored response, or rollback
@@ -25,6 +29,9 @@ var (
 	// usual `defer tx.Rollback(ctx)` is harmless.
 	ErrTxOwned = errors.New("pgstore: the lease transaction is committed or rolled back by idem, not by the handler")
 )
+
+// errTxEnded is what the lease's transaction answers once the lease is over.
+var errTxEnded = fmt.Errorf("%w: %w", ErrLeaseFinished, pgx.ErrTxClosed)
 
 // txKey is the lease attachment under which the transaction state lives.
 type txKey struct{}
@@ -35,7 +42,7 @@ type txKey struct{}
 // of opening a transaction nobody will ever end.
 type txState struct {
 	mu   sync.Mutex
-	tx   pgx.Tx
+	tx   *leaseTx
 	done bool
 }
 
@@ -44,26 +51,36 @@ type txState struct {
 // leave the connection inside a transaction.
 const rollbackTimeout = 5 * time.Second
 
-// Tx returns the business transaction of the current idem execution,
-// beginning it on first use: calling Tx twice with contexts carrying the same
-// lease returns the same transaction. ctx must be (or derive from) the
-// context of a handler idem let proceed; otherwise Tx returns ErrNoLease.
-// The engine's store must be a *Store, or a decorator exposing it through
-// an Unwrap() core.Store method.
+// Tx returns the business transaction of the current idem execution:
+// calling Tx twice with contexts carrying the same lease returns the same
+// transaction. ctx must be (or derive from) the context of a handler idem
+// let proceed; otherwise Tx returns ErrNoLease. The engine's store must be
+// a *Store, or a decorator exposing it through an Unwrap() core.Store
+// method.
+//
+// Tx itself costs nothing: the transaction takes its connection from the
+// pool at its first statement, and BEGIN travels in the same round trip as
+// that statement (pipelined). Exec, Query, QueryRow and SendBatch begin it
+// that way; CopyFrom, Begin (a savepoint), LargeObjects and Conn need a
+// transaction already open and spend one round trip on BEGIN first when
+// they are the first call.
 //
 // The handler does its writes in the transaction and neither commits nor
 // rolls it back (Commit and Rollback return ErrTxOwned and do nothing;
 // nested transactions via tx.Begin are savepoints and behave normally).
-// When the engine commits the response, Store.Complete runs its fenced
-// update inside this transaction and commits it: the business writes and
+// When the engine commits the response, Store.Complete sends its fenced
+// update and COMMIT together, in one round trip: the business writes and
 // the stored response are one atomic fact. If the lease was lost meanwhile
-// (another instance took the key over), the fenced update matches nothing,
-// the transaction is rolled back, the handler's writes vanish, and Complete
-// returns core.ErrLeaseLost. On abort (handler error, panic, 5xx),
-// Store.Fail rolls the transaction back.
+// (another instance took the key over), the fenced update raises an error,
+// PostgreSQL skips the COMMIT, the transaction is rolled back, the
+// handler's writes vanish, and Complete returns core.ErrLeaseLost. On abort
+// (handler error, panic, 5xx), Store.Fail rolls the transaction back. A
+// transaction that never ran a statement costs nothing at either end.
 //
-// The transaction holds a pool connection until then; see "Pool sizing" in
-// the README (and WithTxPool).
+// The transaction holds a pool connection from its first statement until
+// then; see "Pool sizing" in the README (and WithTxPool). As with any
+// pgx.Tx, it is not for concurrent use, and not for use after the handler
+// has returned.
 func Tx(ctx context.Context) (pgx.Tx, error) {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok {
@@ -80,13 +97,9 @@ func Tx(ctx context.Context) (pgx.Tx, error) {
 		return nil, ErrLeaseFinished
 	}
 	if st.tx == nil {
-		tx, err := s.txPool.BeginTx(ctx, s.txOptions())
-		if err != nil {
-			return nil, wrap(ctx, "tx: begin", err)
-		}
-		st.tx = tx
+		st.tx = &leaseTx{s: s}
 	}
-	return handlerTx{st.tx}, nil
+	return st.tx, nil
 }
 
 // storeOf returns the *Store that granted lease, looking through store
@@ -112,32 +125,26 @@ func attachState(lease *core.Lease) *txState {
 	return v.(*txState)
 }
 
+// txOptions is the explicit BEGIN (one round trip) for the calls that
+// cannot carry it in a pipeline.
 func (s *Store) txOptions() pgx.TxOptions {
 	if s.cfg.txIdle <= 0 {
 		return pgx.TxOptions{}
 	}
 	// BeginQuery runs over the simple protocol (no arguments), so both
 	// statements go in one round trip.
-	ms := s.cfg.txIdle.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	return pgx.TxOptions{BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", ms)}
+	return pgx.TxOptions{BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", s.txIdleMillis())}
 }
 
-// handlerTx is the transaction as the handler sees it: everything passes
-// through except ending it.
-type handlerTx struct {
-	pgx.Tx
+func (s *Store) txIdleMillis() int64 {
+	return max(s.cfg.txIdle.Milliseconds(), 1)
 }
 
-func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
-func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
-
-// takeTx finishes the lease's transaction state for fence f and returns the
-// open transaction, if one was begun. It returns nil when ctx carries no
-// lease of this store for f. Either way, from now on Tx refuses to begin one.
-func (s *Store) takeTx(ctx context.Context, f core.Fence) pgx.Tx {
+// takeTx finishes the lease's transaction state for fence f and returns its
+// transaction if one holds a connection. It returns nil when ctx carries no
+// lease of this store for f. Either way, from now on Tx refuses to begin one
+// and the handed-out transaction refuses every call.
+func (s *Store) takeTx(ctx context.Context, f core.Fence) *leaseTx {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
 		return nil
@@ -147,30 +154,27 @@ func (s *Store) takeTx(ctx context.Context, f core.Fence) pgx.Tx {
 	}
 	st := attachState(lease)
 	st.mu.Lock()
-	defer st.mu.Unlock()
+	t := st.tx
 	st.done = true
-	tx := st.tx
 	st.tx = nil
-	return tx
+	st.mu.Unlock()
+	if t == nil || !t.end() {
+		return nil
+	}
+	return t
 }
 
 // abandonTx rolls back the lease's transaction for f, if any.
 func (s *Store) abandonTx(ctx context.Context, f core.Fence) {
-	if tx := s.takeTx(ctx, f); tx != nil {
-		rollback(ctx, tx)
+	if t := s.takeTx(ctx, f); t != nil {
+		t.rollback(ctx)
 	}
 }
 
-func rollback(ctx context.Context, tx pgx.Tx) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	// A failed rollback closes the connection (pgx), which ends the
-	// transaction server-side just the same.
-	_ = tx.Rollback(rctx)
-}
-
-// completeInTx runs the fenced complete inside the handler's transaction and
-// commits it; on any failure the transaction is rolled back.
+// completeInTx sends the fenced complete and COMMIT in one round trip on the
+// handler's transaction. The statement raises when the fence matches
+// nothing (completeTx), so PostgreSQL skips the COMMIT; the store then
+// rolls back.
 //
 // When it fails for a reason other than a lost lease, it also marks the
 // record failed (fenced, best effort), so a retry may run the handler again
@@ -178,25 +182,66 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // because the handler's writes were in the transaction: they were rolled
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, tx pgx.Tx, f core.Fence, args []any) error {
-	matched, waiters, err := fenced(ctx, tx, s.sql.complete, args...)
+func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f core.Fence, args []any) error {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.completeTx, args...)
+	b.Queue("commit")
+	br := t.tx.SendBatch(ctx, b)
+	var waiters bool
+	err := br.QueryRow().Scan(&waiters)
+	tag, cerr := br.Exec()
+	if berr := br.Close(); err == nil {
+		err = cerr
+		if err == nil {
+			err = berr
+		}
+	}
+	if err == nil && tag.String() != "COMMIT" {
+		err = pgx.ErrTxCommitRollback
+	}
 	if err != nil {
-		rollback(ctx, tx)
+		t.rollback(ctx)
+		if isLeaseLost(err) {
+			return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+		}
 		s.releaseAfterTxFailure(ctx, f)
 		return wrap(ctx, "complete (in transaction)", err)
 	}
-	if !matched {
-		rollback(ctx, tx)
-		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		s.releaseAfterTxFailure(ctx, f)
-		return wrap(ctx, "complete: commit", err)
-	}
+	t.release()
 	if waiters { // after the commit: waiters must find the record completed
 		s.notify(ctx, f.Scope, f.Key)
 	}
 	return nil
+}
+
+// failInTx rolls the handler's transaction back and runs the fenced fail on
+// the same connection, both in one round trip.
+func (s *Store) failInTx(ctx context.Context, t *leaseTx, f core.Fence) (matched, waiters bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue("rollback")
+	b.Queue(s.sql.fail, f.Scope, f.Key, f.Token)
+	br := t.conn.SendBatch(ctx, b)
+	_, rerr := br.Exec()
+	err = br.QueryRow().Scan(&waiters)
+	if berr := br.Close(); rerr == nil && err == nil {
+		err = berr
+	}
+	t.release() // a connection still in a transaction is destroyed, which rolls it back
+	if rerr != nil {
+		// The rollback did not go through (connection lost): the fail
+		// did not either. Try it on the pool.
+		return fenced(ctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	return err == nil, waiters, err
+}
+
+// isLeaseLost reports whether err is completeTx's lease-lost error.
+func isLeaseLost(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, leaseLostMarker)
 }
 
 func (s *Store) releaseAfterTxFailure(ctx context.Context, f core.Fence) {

@@ -35,7 +35,7 @@
 //	                            without it waiting duplicates poll (logged)
 //	-metrics                    GET /metrics: otelidem's OpenTelemetry metrics
 //	                            through OTel's Prometheus exporter
-//	-log text                   log format on stderr: text | json
+//	-log text                   log format on stderr: text | json | none
 //
 // API:
 //
@@ -122,6 +122,12 @@ type config struct {
 }
 
 const (
+	// defaultPoolSize is the pgxpool size unless the DSN sets
+	// pool_max_conns (pgxpool's own default, max(4, cores), starves a
+	// payments service: every request in its database phase holds a
+	// connection). pgstore/README.md, "Pool sizing", says how to choose.
+	defaultPoolSize = 16
+
 	shutdownTimeout = 15 * time.Second
 	providerTimeout = 10 * time.Second
 	maintainEvery   = 10 * time.Minute
@@ -169,7 +175,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&cfg.listenDSN, "listen-dsn", "", "direct PostgreSQL connection for wait mode's LISTEN when -dsn goes through a transaction pooler")
 	fs.BoolVar(&cfg.metrics, "metrics", false, "serve OpenTelemetry metrics (otelidem) at GET /metrics in the Prometheus format")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
-	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json")
+	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json | none (start-up line only)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -179,8 +185,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if _, ok := frameworks[cfg.framework]; !ok {
 		return cfg, fmt.Errorf("-framework %q: want one of %s", cfg.framework, strings.Join(frameworkNames(), ", "))
 	}
-	if !slices.Contains([]string{"text", "json"}, cfg.logFormat) {
-		return cfg, fmt.Errorf("-log %q: want text or json", cfg.logFormat)
+	if !slices.Contains([]string{"text", "json", "none"}, cfg.logFormat) {
+		return cfg, fmt.Errorf("-log %q: want text, json or none", cfg.logFormat)
 	}
 	if cfg.providerLatency < 0 {
 		return cfg, fmt.Errorf("-provider-latency %v is negative", cfg.providerLatency)
@@ -192,8 +198,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {
-	if format == "json" {
+	switch format {
+	case "json":
 		return slog.New(slog.NewJSONHandler(w, nil))
+	case "none":
+		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(w, nil))
 }
@@ -271,7 +280,11 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
+	startLog := log
+	if cfg.logFormat == "none" { // the address is still announced, as JSON
+		startLog = newLogger("json", logOut)
+	}
+	startLog.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
 		"provider", providerDesc, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
 	err = frameworks[cfg.framework](ctx, ln, a)
 	log.Info("stopped", "err", err)
@@ -299,6 +312,9 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	if err != nil {
 		return nil, nil, nil, "", fmt.Errorf("-dsn: %w", err)
 	}
+	if !strings.Contains(cfg.dsn, "pool_max_conns") {
+		pcfg.MaxConns = defaultPoolSize
+	}
 	schema := schemaFromSearchPath(pcfg.ConnConfig.RuntimeParams["search_path"])
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -315,6 +331,10 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	}
 	opts := []pgstore.Option{
 		pgstore.WithSchema(schema),
+		// Every handler keeps its effects in pgstore.Tx (the ledger row)
+		// or behind a relayed key (the provider charge): claims need not
+		// wait for their WAL flush; the ledger commit flushes them.
+		pgstore.WithTransactional(),
 		// A handler holds its transaction across the provider call; end a
 		// transaction abandoned by a bug rather than pin its locks forever.
 		pgstore.WithTxIdleTimeout(2*providerTimeout + cfg.lease),

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// crashPort is TestCrashPostgres's throwaway cluster (perf's range, 157xx).
+const crashPort = 15702
+
+// EnvCrashRounds sets TestCrashPostgres's number of rounds (make crash: more).
+const envCrashRounds = "IDEM_CRASH_ROUNDS"
+
+// TestCrashPostgres crashes PostgreSQL under the payments flow. On a
+// throwaway cluster of its own (fsync on), the example runs in
+// transactional mode (claims committed without waiting for their WAL
+// flush; the ledger row and the stored response committed together,
+// synchronously) under concurrent load with duplicates; each round the
+// cluster is stopped with pg_ctl -m immediate mid-load (every server
+// process dies at once, unwritten WAL is lost) and restarted. Then every
+// key is retried until it is answered, and the test checks:
+//
+//   - no key stuck: every key ends with a 201 (after its lease, at worst);
+//   - every 201 ever sent for a key, before or after the crash, is
+//     byte-identical to every other (replays included); the provider
+//     answers a new charge ID on every call, so a handler run again after
+//     its key's 201 was sent (a lost completion) would show;
+//   - one ledger row per key, and it is the one its 201 announced;
+//   - no ledger row without its completed record (and no record left
+//     processing).
+func TestCrashPostgres(t *testing.T) {
+	t.Parallel()
+	rounds := 3
+	if v := os.Getenv(envCrashRounds); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", envCrashRounds, v)
+		}
+		rounds = n
+	}
+	cluster := pgtest.NewCluster(t, crashPort)
+	bin := buildBinary(t)
+	const lease = 2 * time.Second
+	// A provider that charges anew on every call (no deduplication, unlike
+	// a real one): a handler run again after its 201 was sent would answer
+	// another charge ID, and the 201s of that key would differ.
+	var charges atomic.Int64
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"id":"ch_%d"}`, charges.Add(1))
+	}))
+	t.Cleanup(prov.Close)
+	base := startServer(t, bin, nil, "-dsn", cluster.DSN, "-provider-url", prov.URL, "-lease", lease.String())
+
+	l := &crashLoad{base: base, answers: map[string][]result{}}
+	for round := range rounds {
+		l.round(t, cluster, round)
+		if t.Failed() {
+			break
+		}
+	}
+	l.settle(t, 2*lease+10*time.Second)
+	l.check(t, cluster.DSN)
+	t.Logf("%d rounds, %d keys, %d requests (%d during or right after a crash answered with an error), %d charges",
+		rounds, len(l.answers), l.requests, l.errors, charges.Load())
+}
+
+type crashLoad struct {
+	base string
+
+	mu       sync.Mutex
+	answers  map[string][]result // "user key" -> every answer
+	recent   []string            // keys to duplicate
+	requests int
+	errors   int
+}
+
+func splitUK(uk string) (user, key string) {
+	for i := range len(uk) {
+		if uk[i] == ' ' {
+			return uk[:i], uk[i+1:]
+		}
+	}
+	return "", uk
+}
+
+func (l *crashLoad) send(uk string) result {
+	user, key := splitUK(uk)
+	r := do(http.MethodPost, l.base+"/v1/payments", user, key, paymentBody(1000))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests++
+	if r.err != nil || (r.status != http.StatusCreated && r.status != http.StatusConflict) {
+		l.errors++
+	}
+	if r.err == nil {
+		l.answers[uk] = append(l.answers[uk], result{status: r.status, body: r.body, replayed: r.replayed})
+	} else if _, ok := l.answers[uk]; !ok {
+		l.answers[uk] = nil
+	}
+	return r
+}
+
+// round runs 8 clients, half their requests duplicates of recent keys,
+// crashes the cluster after a second and restarts it, and keeps the load on
+// for another second.
+func (l *crashLoad) round(t *testing.T, c *pgtest.Cluster, round int) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(round), uint64(w)))
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var uk string
+				l.mu.Lock()
+				if len(l.recent) > 0 && rng.IntN(2) == 0 {
+					uk = l.recent[rng.IntN(len(l.recent))]
+				}
+				l.mu.Unlock()
+				if uk == "" {
+					uk = fmt.Sprintf("u%d c%d-%d-%d", w%4, round, w, n)
+					l.mu.Lock()
+					l.recent = append(l.recent, uk)
+					if len(l.recent) > 32 {
+						l.recent = l.recent[1:]
+					}
+					l.mu.Unlock()
+				}
+				if r := l.send(uk); r.err != nil || r.status >= 500 {
+					time.Sleep(20 * time.Millisecond) // the database is down
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	l.mu.Lock()
+	before := l.requests
+	l.mu.Unlock()
+	c.Crash()
+	c.Start()
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if before == 0 || l.requests == before {
+		t.Errorf("round %d: %d requests before the crash, %d after: the crash did not happen under load", round, before, l.requests-before)
+	}
+}
+
+// settle retries every key until it is answered 201, within d in all.
+func (l *crashLoad) settle(t *testing.T, d time.Duration) {
+	deadline := time.Now().Add(d)
+	l.mu.Lock()
+	keys := make([]string, 0, len(l.answers))
+	for uk := range l.answers {
+		keys = append(keys, uk)
+	}
+	l.mu.Unlock()
+	sort.Strings(keys)
+	for _, uk := range keys {
+		for {
+			r := l.send(uk)
+			if r.err == nil && r.status == http.StatusCreated {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("key stuck: %q still answered %d %s (%v) after %v", uk, r.status, r.body, r.err, d)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func (l *crashLoad) check(t *testing.T, dsn string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := map[string]string{}    // payment id -> key
+	charge := map[string]string{} // payment id -> charge id in its 201
+	for uk, rs := range l.answers {
+		var first []byte
+		for _, r := range rs {
+			if r.status != http.StatusCreated {
+				continue
+			}
+			if first == nil {
+				first = r.body
+				var p Payment
+				if err := json.Unmarshal(r.body, &p); err != nil || p.ID == "" {
+					t.Errorf("key %q: 201 body %s: %v", uk, r.body, err)
+					continue
+				}
+				if other, dup := ids[p.ID]; dup {
+					t.Errorf("payment %s answered for two keys, %q and %q", p.ID, other, uk)
+				}
+				ids[p.ID] = uk
+				charge[p.ID] = p.ProviderChargeID
+			} else if !bytes.Equal(r.body, first) {
+				t.Errorf("key %q: a 201 (replayed=%v) %s differs from the first 201 %s", uk, r.replayed, r.body, first)
+			}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect to the cluster: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT id, provider_charge_id FROM payments`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ ID, Charge string }
+	ledger, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range ledger {
+		if seen[r.ID] {
+			t.Errorf("ledger row %s twice", r.ID)
+		}
+		seen[r.ID] = true
+		if _, ok := ids[r.ID]; !ok {
+			t.Errorf("ledger row %s matches no 201 any client got", r.ID)
+		} else if charge[r.ID] != r.Charge {
+			t.Errorf("ledger row %s books charge %s, its 201 announced %s", r.ID, r.Charge, charge[r.ID])
+		}
+	}
+	for id, uk := range ids {
+		if !seen[id] {
+			t.Errorf("key %q was answered 201 with payment %s, which the ledger does not hold", uk, id)
+		}
+	}
+	if len(ledger) != len(l.answers) {
+		t.Errorf("%d ledger rows for %d keys", len(ledger), len(l.answers))
+	}
+	var orphans, processing int
+	if err := conn.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM payments p WHERE NOT EXISTS (
+     SELECT 1 FROM idem_records r
+     WHERE r.status = 'completed' AND position(convert_to(p.id, 'UTF8') IN r.resp_body) > 0)),
+  (SELECT count(*) FROM idem_records WHERE status <> 'completed')`).Scan(&orphans, &processing); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Errorf("%d ledger rows without a completed record holding their 201", orphans)
+	}
+	if processing != 0 {
+		t.Errorf("%d records not completed after every key was answered", processing)
+	}
+}

@@ -1,0 +1,137 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// flushTestPort is this test's throwaway cluster (perf's range, 157xx).
+const flushTestPort = 15701
+
+// TestWALFlushes counts WAL flushes (pg_stat_wal.wal_sync) on a cluster of
+// its own, where nothing else writes, for n sequential first executions:
+//
+//   - plain mode: a claim flushes (>= n for n claims), so a first execution
+//     in a handler transaction flushes twice;
+//   - WithTransactional: a claim does not wait for its flush (a fraction of
+//     n: only the WAL writer's own), and a first execution flushes once, at
+//     the business commit.
+//
+// A fail never waits for its flush in either mode.
+func TestWALFlushes(t *testing.T) {
+	t.Parallel()
+	// The WAL writer flushes asynchronous commits every wal_writer_delay;
+	// slow it down so that what it does is noise next to n.
+	c := pgtest.NewCluster(t, flushTestPort, "wal_writer_delay=2s", "autovacuum=off")
+	const n = 40
+
+	type run struct {
+		name string
+		opts []Option
+		// per execution: claim only, or claim + handler + complete
+		execute bool
+		fail    bool
+		min     int
+		max     int
+	}
+	runs := []run{
+		{name: "plain/claims", min: n, max: 3 * n},
+		{name: "transactional/claims", opts: []Option{WithTransactional()}, min: 0, max: n / 4},
+		{name: "plain/executions", execute: true, min: 2 * n, max: 4 * n},
+		{name: "transactional/executions", opts: []Option{WithTransactional()}, execute: true, min: n, max: n + n/2},
+		{name: "transactional/fails", opts: []Option{WithTransactional()}, execute: true, fail: true, min: 0, max: n / 4},
+		{name: "plain/fails", execute: true, fail: true, min: n, max: 2 * n}, // the claims'
+	}
+	ctx := t.Context()
+	for i, r := range runs {
+		schema := fmt.Sprintf("flush_%d", i)
+		pool := clusterPool(t, c.DSN)
+		s := openStore(t, pool, append([]Option{WithSchema(schema)}, r.opts...)...)
+		table := ledger(t, s)
+		// Warm the connection and the statement cache.
+		if _, err := s.Claim(ctx, claimReq("warm", time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		pool.Close() // backends flush their statistics when they exit
+
+		pool = clusterPool(t, c.DSN)
+		s = openStore(t, pool, append([]Option{WithSchema(schema)}, r.opts...)...)
+		syncs := walSyncs(t, c.DSN)
+		for k := range n {
+			req := claimReq(fmt.Sprintf("k%d", k), time.Minute)
+			res, err := s.Claim(ctx, req)
+			if err != nil || !res.Claimed {
+				t.Fatalf("%s: claim: %+v, %v", r.name, res, err)
+			}
+			if !r.execute {
+				continue
+			}
+			f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+			hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
+			if err := handle(hctx, table, req.Key); err != nil {
+				t.Fatal(err)
+			}
+			if r.fail {
+				err = s.Fail(hctx, f)
+			} else {
+				err = s.Complete(hctx, f, core.StoredResponse{Status: 201})
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", r.name, err)
+			}
+		}
+		pool.Close()
+		syncs = walSyncs(t, c.DSN) - syncs
+		t.Logf("%s: %d executions, %d WAL flushes", r.name, n, syncs)
+		if syncs < r.min || syncs > r.max {
+			t.Errorf("%s: %d WAL flushes for %d, want %d to %d", r.name, syncs, n, r.min, r.max)
+		}
+	}
+}
+
+func clusterPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// walSyncs reads the cluster's WAL flush count, from a connection of its
+// own after the statistics of exited backends have landed.
+func walSyncs(t *testing.T, dsn string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	pool := clusterPool(t, dsn)
+	defer pool.Close()
+	var n int64
+	// Backends report their statistics on exit, asynchronously to our
+	// pool.Close: wait until the count stops moving.
+	last := int64(-1)
+	for range 50 {
+		if err := pool.QueryRow(ctx, `SELECT wal_sync FROM pg_stat_wal`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == last {
+			break
+		}
+		last = n
+		time.Sleep(100 * time.Millisecond)
+	}
+	return int(n)
+}

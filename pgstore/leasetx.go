@@ -1,0 +1,391 @@
+package pgstore
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// leaseTx is the pgx.Tx that Tx hands out. It holds no connection until its
+// first statement; that statement goes out in one pipeline with BEGIN
+// (pgx's Batch.BeginTx), so beginning costs no round trip of its own. From
+// then on every call goes to pgx's transaction on that connection. The
+// store ends it (completeInTx, failInTx, rollback); the handler cannot.
+type leaseTx struct {
+	s *Store
+
+	// mu guards the fields below. It is held while the first statement
+	// begins the transaction, so that two first statements cannot race;
+	// calls on a begun transaction run outside it, as on any pgx.Tx.
+	mu    sync.Mutex
+	conn  *pgxpool.Conn // from the first call to the end
+	tx    pgx.Tx        // pgx's transaction on conn, once BEGIN was sent
+	ended bool          // the lease is over: every call is refused
+}
+
+var _ pgx.Tx = (*leaseTx)(nil)
+
+// setIdleSQL is WithTxIdleTimeout's setting, pipelined after BEGIN.
+const setIdleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
+
+// openLocked returns the begun transaction, nil if none was begun, or
+// errTxEnded.
+func (t *leaseTx) openLocked() (pgx.Tx, error) {
+	if t.ended {
+		return nil, errTxEnded
+	}
+	return t.tx, nil
+}
+
+func (t *leaseTx) acquireLocked(ctx context.Context) error {
+	if t.conn != nil {
+		return nil
+	}
+	c, err := t.s.txPool.Acquire(ctx)
+	if err != nil {
+		return wrap(ctx, "tx: acquire connection", err)
+	}
+	t.conn = c
+	return nil
+}
+
+// beginLocked begins the transaction with its own round trip, for the calls
+// that cannot carry BEGIN in a pipeline.
+func (t *leaseTx) beginLocked(ctx context.Context) (pgx.Tx, error) {
+	if err := t.acquireLocked(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := t.conn.Conn().BeginTx(ctx, t.s.txOptions())
+	if err != nil {
+		return nil, wrap(ctx, "tx: begin", err)
+	}
+	t.tx = tx
+	return tx, nil
+}
+
+// sendLocked sends BEGIN (and the idle timeout) followed by what queue adds,
+// in one round trip, and reads the results of BEGIN. The caller reads the
+// rest and closes the results.
+func (t *leaseTx) sendLocked(ctx context.Context, queue func(*pgx.Batch)) (pgx.BatchResults, error) {
+	if err := t.acquireLocked(ctx); err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	idle := t.s.cfg.txIdle > 0
+	if idle {
+		b.Queue(setIdleSQL, strconv.FormatInt(t.s.txIdleMillis(), 10))
+	}
+	queue(b)
+	br := t.conn.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	_, err := br.Exec() // BEGIN
+	if err == nil && idle {
+		_, err = br.Exec()
+	}
+	if err != nil {
+		_ = br.Close()
+		return nil, wrap(ctx, "tx: begin", err)
+	}
+	return br, nil
+}
+
+// pipelinable reports whether a statement with these arguments can go in a
+// batch: pgx batches accept no query options but a QueryRewriter.
+func pipelinable(args []any) bool {
+	for _, a := range args {
+		switch a.(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			return false
+		case pgx.QueryRewriter:
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// Exec runs sql in the transaction; the first statement carries BEGIN.
+func (t *leaseTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	t.mu.Lock()
+	if tx, err := t.openLocked(); tx != nil || err != nil {
+		t.mu.Unlock()
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return tx.Exec(ctx, sql, args...)
+	}
+	defer t.mu.Unlock()
+	if !pipelinable(args) {
+		tx, err := t.beginLocked(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return tx.Exec(ctx, sql, args...)
+	}
+	br, err := t.sendLocked(ctx, func(b *pgx.Batch) { b.Queue(sql, args...) })
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Query runs sql in the transaction; the first statement carries BEGIN.
+func (t *leaseTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	t.mu.Lock()
+	if tx, err := t.openLocked(); tx != nil || err != nil {
+		t.mu.Unlock()
+		if err != nil {
+			return errRows(err), err
+		}
+		return tx.Query(ctx, sql, args...)
+	}
+	defer t.mu.Unlock()
+	if !pipelinable(args) {
+		tx, err := t.beginLocked(ctx)
+		if err != nil {
+			return errRows(err), err
+		}
+		return tx.Query(ctx, sql, args...)
+	}
+	br, err := t.sendLocked(ctx, func(b *pgx.Batch) { b.Queue(sql, args...) })
+	if err != nil {
+		return errRows(err), err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return errRows(err), err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow runs sql in the transaction; the first statement carries BEGIN.
+func (t *leaseTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	t.mu.Lock()
+	tx, err := t.openLocked()
+	t.mu.Unlock()
+	if tx != nil && err == nil {
+		return tx.QueryRow(ctx, sql, args...)
+	}
+	rows, err := t.Query(ctx, sql, args...)
+	return rowOf{rows, err}
+}
+
+// SendBatch sends b in the transaction; a first batch carries BEGIN.
+func (t *leaseTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	t.mu.Lock()
+	if tx, err := t.openLocked(); tx != nil || err != nil {
+		t.mu.Unlock()
+		if err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
+		return tx.SendBatch(ctx, b)
+	}
+	defer t.mu.Unlock()
+	br, err := t.sendLocked(ctx, func(nb *pgx.Batch) { nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...) })
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return noTxResults{br}
+}
+
+// begun returns the transaction, beginning it with its own round trip if
+// needed.
+func (t *leaseTx) begun(ctx context.Context) (pgx.Tx, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tx, err := t.openLocked(); tx != nil || err != nil {
+		return tx, err
+	}
+	return t.beginLocked(ctx)
+}
+
+// CopyFrom runs COPY in the transaction (after BEGIN, if first).
+func (t *leaseTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return tx.CopyFrom(ctx, table, cols, src)
+}
+
+// Begin starts a savepoint (after BEGIN, if first).
+func (t *leaseTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.begun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Begin(ctx)
+}
+
+// LargeObjects returns the large objects of the transaction (begun with its
+// own round trip, bounded by rollbackTimeout, if first). If it cannot be
+// begun, every operation on the result fails with pgx.ErrTxClosed.
+func (t *leaseTx) LargeObjects() pgx.LargeObjects {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	tx, err := t.begun(ctx)
+	if err != nil {
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		return pgx.FailedBatchResults(b, err).Tx().LargeObjects()
+	}
+	return tx.LargeObjects()
+}
+
+// Prepare prepares sql on the transaction's connection.
+func (t *leaseTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	t.mu.Lock()
+	if _, err := t.openLocked(); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	if err := t.acquireLocked(ctx); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	c := t.conn
+	t.mu.Unlock()
+	return c.Conn().Prepare(ctx, name, sql)
+}
+
+// Conn returns the connection the transaction runs on, taking it from the
+// pool (bounded by rollbackTimeout) if no statement ran yet; nil once the
+// lease is over or if no connection could be had.
+func (t *leaseTx) Conn() *pgx.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	if t.acquireLocked(ctx) != nil {
+		return nil
+	}
+	return t.conn.Conn()
+}
+
+// Commit does nothing: idem commits. See Tx.
+func (*leaseTx) Commit(context.Context) error { return ErrTxOwned }
+
+// Rollback does nothing: idem rolls back. See Tx.
+func (*leaseTx) Rollback(context.Context) error { return ErrTxOwned }
+
+// end refuses every later call and reports whether a transaction was begun
+// (the caller then owns ending it and releasing the connection). A
+// connection taken without a transaction goes back to the pool.
+func (t *leaseTx) end() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ended = true
+	if t.tx == nil {
+		if t.conn != nil {
+			t.conn.Release()
+			t.conn = nil
+		}
+		return false
+	}
+	return true
+}
+
+// rollback ends a begun transaction and releases its connection.
+func (t *leaseTx) rollback(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if t.conn.Conn().PgConn().TxStatus() != 'I' {
+		// A failed rollback closes the connection (pgx), which ends the
+		// transaction server-side just the same.
+		_ = t.tx.Rollback(rctx)
+	}
+	t.release()
+}
+
+// release returns the connection to the pool; pgxpool destroys one that is
+// still inside a transaction or broken.
+func (t *leaseTx) release() {
+	if t.conn != nil {
+		t.conn.Release()
+		t.conn = nil
+	}
+}
+
+// batchRows are the rows of a first statement sent in a pipeline with
+// BEGIN: when they are done, the pipeline is closed too.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.finish()
+	return false
+}
+
+func (r *batchRows) Close() { r.finish() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+func (r *batchRows) finish() {
+	if !r.closed {
+		r.closed = true
+		r.Rows.Close()
+		r.err = r.br.Close()
+	}
+}
+
+// rowOf is QueryRow over rows, as pgx's own.
+type rowOf struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r rowOf) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// errRows are the rows of a statement that could not be sent: pgx's own,
+// closed, reporting err.
+func errRows(err error) pgx.Rows {
+	rows, _ := pgx.FailedBatchResults(&pgx.Batch{}, err).Query()
+	return rows
+}
+
+// noTxResults are the results of the handler's first batch: it carried
+// BEGIN, but the handler's batch did not begin a transaction of its own.
+type noTxResults struct{ pgx.BatchResults }
+
+func (noTxResults) Tx() pgx.Tx { return nil }
