@@ -130,7 +130,9 @@ func (c *Cluster) exec(prog string, args ...string) ([]byte, error) {
 // crash recovery included.
 func (c *Cluster) Start() {
 	c.tb.Helper()
-	c.cmd("pg_ctl", "-D", c.data, "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "start")
+	if out, err := c.exec("pg_ctl", "-D", c.data, "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
+		c.tb.Fatalf("pgtest: start the cluster on port %d (in use by a leftover cluster?): %v\n%s\nserver log:\n%s", c.port, err, out, c.Log())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
