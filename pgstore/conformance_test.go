@@ -21,8 +21,8 @@ import (
 //     every result comes back as text and the claim's binary composite
 //     cannot be asked for;
 //   - transactional: WithTransactional (claims, heartbeats committed
-//     without waiting for their flush: other statements), alone, with
-//     WithOptimisticClaim and on the simple protocol.
+//     without waiting for their flush: other statements), alone and
+//     on the simple protocol.
 func TestConformance(t *testing.T) {
 	type variant struct {
 		name     string
@@ -37,7 +37,6 @@ func TestConformance(t *testing.T) {
 			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
 			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
 			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},
-			variant{m.name + "/transactional/optimistic", 0, append([]Option{WithTransactional(), WithOptimisticClaim()}, m.opts...)},
 			variant{m.name + "/transactional/simple_protocol", pgx.QueryExecModeSimpleProtocol, append([]Option{WithTransactional()}, m.opts...)},
 		)
 	}
