@@ -24,6 +24,10 @@ const (
 
 // result is one scenario's numbers.
 type result struct {
+	name       string
+	logging    string
+	rounds     []float64 // req/s of each round
+	lat        []time.Duration
 	target     string
 	pool       int
 	dupPct     int
@@ -137,14 +141,9 @@ func (d *driver) load(ctx context.Context, n, concurrency, dupPct int, seed uint
 	if err := ctx.Err(); err != nil {
 		return r, fmt.Errorf("scenario cut short: %w", err)
 	}
-	slices.Sort(lat)
-	var sum time.Duration
-	for _, l := range lat {
-		sum += l
-	}
-	r.mean = sum / time.Duration(n)
-	r.p50 = lat[n/2]
-	r.p99 = lat[min(n-1, n*99/100)]
+	r.lat = lat
+	r = r.finish()
+	r.lat = lat
 	r.created, r.replayed, r.conflicts, r.other = int(created.Load()), int(replayed.Load()), int(conflicts.Load()), int(other.Load())
 	if v := firstErr.Load(); v != nil {
 		r.firstError = v.(string)
@@ -169,7 +168,41 @@ func (d *driver) post(ctx context.Context, k userKey) (status int, replayed bool
 	return res.StatusCode, res.Header.Get("Idempotent-Replayed") == "true", nil
 }
 
-// run drives every target and prints the table.
+// server is one server variant under load.
+type server struct {
+	target  string // idem, baseline, article
+	logging string // default, off
+	pool    int
+	dups    []int // the duplicate shares it takes part in
+	c       *child
+	d       *driver
+	drop    func()
+}
+
+func (s *server) name() string {
+	switch s.target {
+	case "idem":
+		return "payments + idem (pgstore tx)"
+	case "article":
+		return "article's design"
+	}
+	return "bare endpoint (baseline)"
+}
+
+func (s *server) stop() {
+	if s.d != nil {
+		s.d.close()
+	}
+	if s.c != nil {
+		s.c.stop()
+	}
+	if s.drop != nil {
+		s.drop()
+	}
+}
+
+// run starts every server, drives them in alternating rounds and prints the
+// table.
 func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 	tmp, err := os.MkdirTemp("", "loadgen-")
 	if err != nil {
@@ -188,103 +221,165 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 		return err
 	}
 
-	type scenario struct {
-		target string
-		pool   int
-		dups   []int
-	}
-	var scenarios []scenario
-	for _, t := range cfg.targets {
-		scenarios = append(scenarios, scenario{t, cfg.pool, cfg.dups})
+	var servers []*server
+	for _, l := range cfg.logs {
+		for _, t := range cfg.targets {
+			servers = append(servers, &server{target: t, logging: l, pool: cfg.pool, dups: cfg.dups})
+		}
 	}
 	if slices.Contains(cfg.targets, "idem") {
 		for _, p := range cfg.pools {
 			if p != cfg.pool {
-				scenarios = append(scenarios, scenario{"idem", p, []int{0}})
+				servers = append(servers, &server{target: "idem", logging: cfg.logs[0], pool: p, dups: []int{0}})
 			}
 		}
 	}
-
-	var results []result
-	for _, sc := range scenarios {
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	for _, s := range servers {
 		// A fresh schema per server: every run starts from empty tables.
 		schema, drop, err := newSchema(ctx, cfg.dsn)
 		if err != nil {
 			return err
 		}
-		dsn, err := withParams(cfg.dsn, schema, sc.pool)
+		s.drop = drop
+		dsn, err := withParams(cfg.dsn, schema, s.pool)
 		if err != nil {
-			drop()
 			return err
 		}
-		var c *child
-		if sc.target == "idem" {
-			c, err = startChild(ctx, bin, "-addr", "127.0.0.1:0", "-dsn", dsn, "-framework", cfg.framework,
-				"-provider-latency", cfg.latency.String(), "-log", "json")
+		childLog := "text" // the example's default
+		if s.logging == "off" {
+			childLog = "none"
+		}
+		if s.target == "idem" {
+			s.c, err = startChild(ctx, bin, "-addr", "127.0.0.1:0", "-dsn", dsn, "-framework", cfg.framework,
+				"-provider-latency", cfg.latency.String(), "-log", childLog)
 		} else {
-			c, err = startChild(ctx, self, "-serve-baseline", "-addr", "127.0.0.1:0", "-dsn", dsn,
-				"-provider-latency", cfg.latency.String())
+			s.c, err = startChild(ctx, self, "-serve", s.target, "-addr", "127.0.0.1:0", "-dsn", dsn,
+				"-provider-latency", cfg.latency.String(), "-log", childLog)
 		}
 		if err != nil {
-			drop()
 			return err
 		}
-		d := newDriver(c.base, cfg.concurrency)
+		s.d = newDriver(s.c.base, cfg.concurrency)
 		if cfg.warmup > 0 {
-			if _, err := d.load(ctx, cfg.warmup, cfg.concurrency, 0, 99); err != nil {
-				d.close()
-				c.stop()
-				drop()
+			if _, err := s.d.load(ctx, cfg.warmup, cfg.concurrency, 0, 99); err != nil {
 				return err
 			}
 		}
-		for i, dup := range sc.dups {
-			fmt.Fprintf(logw, "loadgen: %s pool=%d dup=%d%%: %d requests, %d clients\n", sc.target, sc.pool, dup, cfg.requests, cfg.concurrency)
-			r, err := d.load(ctx, cfg.requests, cfg.concurrency, dup, uint64(i+1))
-			r.target, r.pool = sc.target, sc.pool
-			if err != nil {
-				d.close()
-				c.stop()
-				drop()
-				return err
+	}
+
+	per := max(1, cfg.requests/cfg.rounds)
+	warm := max(cfg.concurrency, per/10)
+	var results []result
+	for di, dup := range cfg.dups {
+		var in []*server
+		for _, s := range servers {
+			if slices.Contains(s.dups, dup) {
+				in = append(in, s)
 			}
+		}
+		acc := make([]result, len(in))
+		for round := range cfg.rounds {
+			for k := range in {
+				i := (k + round) % len(in) // rotate the order every round
+				s := in[i]
+				fmt.Fprintf(logw, "loadgen: dup=%d%% round %d/%d: %s, logging %s, pool %d: %d requests, %d clients\n",
+					dup, round+1, cfg.rounds, s.target, s.logging, s.pool, per, cfg.concurrency)
+				// Unmeasured: reconnect the pool (idle pools close) and
+				// warm its statements.
+				if _, err := s.d.load(ctx, warm, cfg.concurrency, dup, uint64(1000+round)); err != nil {
+					return err
+				}
+				r, err := s.d.load(ctx, per, cfg.concurrency, dup, uint64(di*100+round+1))
+				if err != nil {
+					return err
+				}
+				acc[i] = acc[i].add(r)
+			}
+		}
+		for i, s := range in {
+			r := acc[i].finish()
+			r.target, r.logging, r.pool, r.dupPct = s.target, s.logging, s.pool, dup
+			r.name = s.name()
 			results = append(results, r)
 		}
-		d.close()
-		c.stop()
-		drop()
 	}
 	report(out, cfg, results)
 	return nil
 }
 
+// add accumulates a round into a scenario's result.
+func (r result) add(o result) result {
+	r.requests += o.requests
+	r.elapsed += o.elapsed
+	r.created += o.created
+	r.replayed += o.replayed
+	r.conflicts += o.conflicts
+	r.other += o.other
+	r.lat = append(r.lat, o.lat...)
+	if r.firstError == "" {
+		r.firstError = o.firstError
+	}
+	r.rounds = append(r.rounds, o.throughput())
+	return r
+}
+
+// finish computes the percentiles of the accumulated latencies.
+func (r result) finish() result {
+	if len(r.lat) == 0 {
+		return r
+	}
+	slices.Sort(r.lat)
+	var sum time.Duration
+	for _, l := range r.lat {
+		sum += l
+	}
+	n := len(r.lat)
+	r.mean = sum / time.Duration(n)
+	r.p50 = r.lat[n/2]
+	r.p99 = r.lat[min(n-1, n*99/100)]
+	r.lat = nil
+	return r
+}
+
 func report(w io.Writer, cfg config, rs []result) {
-	fmt.Fprintf(w, "\nloadgen: %d requests per row, %d clients, -framework %s, provider latency %v, GOMAXPROCS %d, %s\n\n",
-		cfg.requests, cfg.concurrency, cfg.framework, cfg.latency, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
-	base := map[int]float64{}
+	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s, provider latency %v, GOMAXPROCS %d, %s\n\n",
+		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, cfg.latency, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	type k struct {
+		target, logging string
+		dup             int
+	}
+	tp := map[k]float64{}
 	for _, r := range rs {
-		if r.target == "baseline" {
-			base[r.dupPct] = r.throughput()
+		if r.pool == cfg.pool {
+			tp[k{r.target, r.logging, r.dupPct}] = r.throughput()
 		}
 	}
-	fmt.Fprintln(w, "| server | pool | dup % | req/s | vs baseline | p50 ms | p99 ms | mean ms | 201 new | 201 replayed | 409 | other |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	ratio := func(r result, target string) string {
+		b, ok := tp[k{target, r.logging, r.dupPct}]
+		if !ok || r.target == target {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f×", r.throughput()/b)
+	}
+	fmt.Fprintln(w, "| server | logging | pool | dup % | req/s | per round | vs baseline | vs article | p50 ms | p99 ms | mean ms | 201 new | 201 replayed | 409 | other |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		ratio := "—"
-		if b, ok := base[r.dupPct]; ok && r.target != "baseline" {
-			ratio = fmt.Sprintf("%.2f×", r.throughput()/b)
+		var per []string
+		for _, x := range r.rounds {
+			per = append(per, fmt.Sprintf("%.0f", x))
 		}
-		name := "payments + idem (pgstore tx)"
-		if r.target == "baseline" {
-			name = "ledger insert only"
-		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %s | %.2f | %.2f | %.2f | %d | %d | %d | %d |\n",
-			name, r.pool, r.dupPct, r.throughput(), ratio, ms(r.p50), ms(r.p99), ms(r.mean),
-			r.created, r.replayed, r.conflicts, r.other)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.0f | %s | %s | %s | %.2f | %.2f | %.2f | %d | %d | %d | %d |\n",
+			r.name, r.logging, r.pool, r.dupPct, r.throughput(), strings.Join(per, " / "), ratio(r, "baseline"), ratio(r, "article"),
+			ms(r.p50), ms(r.p99), ms(r.mean), r.created, r.replayed, r.conflicts, r.other)
 	}
 	for _, r := range rs {
 		if r.firstError != "" {
-			fmt.Fprintf(w, "\n%s pool=%d dup=%d%%: first error: %s\n", r.target, r.pool, r.dupPct, r.firstError)
+			fmt.Fprintf(w, "\n%s (logging %s) pool=%d dup=%d%%: first error: %s\n", r.target, r.logging, r.pool, r.dupPct, r.firstError)
 		}
 	}
 }

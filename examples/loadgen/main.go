@@ -1,49 +1,63 @@
 // Command loadgen drives examples/payments over loopback HTTP with
 // PostgreSQL behind it (pgstore in transactional mode) and reports
-// throughput and latency percentiles, next to a baseline server that does
-// only the ledger insert, without idem. It is bounded: a fixed number of
-// requests per scenario, a per-request timeout and an overall deadline;
-// it stops by itself, stops its child servers and drops its schema.
+// throughput and latency percentiles, next to two servers without idem: the
+// bare endpoint (baseline) and the background article's design (article).
+// It is bounded: a fixed number of requests per scenario, a per-request
+// timeout and an overall deadline; it stops by itself, stops its child
+// servers and drops their schemas.
 //
 //	go run ./examples/loadgen                          # defaults below
-//	go run ./examples/loadgen -requests 5000 -concurrency 32 -dups 0,30,90
+//	go run ./examples/loadgen -requests 6000 -dups 0,30,90 -logs off
 //
 // Flags:
 //
 //	-dsn URL             PostgreSQL (default $IDEM_TEST_PG_DSN, else the
-//	                     local test database); a fresh schema is created
-//	                     and dropped
-//	-requests 3000       measured requests per scenario (after -warmup)
-//	-warmup 300          unmeasured requests before each server's first scenario
+//	                     local test database); a fresh schema per server,
+//	                     dropped at the end
+//	-requests 3000       measured requests per server and duplicate share,
+//	                     split over -rounds
+//	-rounds 3            alternating rounds: in each, every server in turn
+//	                     (the order rotating) gets requests/rounds requests
+//	-warmup 300          unmeasured requests before each server's first
+//	                     round (and 1/10 of a round before every round)
 //	-concurrency 16      concurrent clients (keep-alive connections)
 //	-dups 0,30,90        duplicate-key percentages: that share of requests
 //	                     retries a key whose first request already completed
-//	-pool 16             pool_max_conns of each server's pgxpool
+//	-pool 16             pool_max_conns of every server's pgxpool
 //	-pools LIST          also run idem at dup 0% with these pool sizes
 //	                     (pool sizing guidance), e.g. 4,8,32
-//	-provider-latency 0s simulated provider latency (the baseline sleeps
-//	                     as long before its insert); with a latency, the
-//	                     pool bounds throughput: see BENCHMARKS.md
+//	-provider-latency 0s simulated provider latency (every server waits as
+//	                     long before its ledger insert)
 //	-framework nethttp   examples/payments -framework
 //	-payments-bin PATH   a built examples/payments (default: go build it)
-//	-targets idem,baseline
+//	-targets idem,baseline,article
+//	-logs default,off    run every server with the example's default
+//	                     logging (slog text on stderr, which loadgen reads
+//	                     and discards), with logging off, or both
 //	-max-duration 10m    overall deadline
 //
-// Scenarios run one after another: each server is a child process (the
-// payments binary, or this binary with -serve-baseline) so that the
-// client's goroutines and the server's do not share one Go runtime.
+// Each server is a child process (the payments binary, or this binary with
+// -serve baseline|article) so that the client's goroutines and the
+// server's do not share one Go runtime. Every server gets the same pool
+// size; idle pools close their connections within seconds, so only the
+// server being driven holds its pool.
 //
 // The baseline answers POST /v1/payments like the example (X-User-ID
 // required, the same body validation, 201 with the same JSON) but writes
 // the ledger row in one autocommit INSERT with a random ID: no idempotency
 // record, no transaction, so a duplicate is booked again. It is what the
-// endpoint costs without idem — one commit per request where idem needs
-// two on a first execution (claim, then the business transaction that
-// also stores the response) and none on a replay.
+// endpoint costs without idem.
+//
+// The article server implements the background article's design as
+// published (article.go): INSERT ... ON CONFLICT DO NOTHING of a PROCESSING
+// row, on a conflict a SELECT of the row (replay, 409 or takeover), the
+// business INSERT, the final UPDATE, each in autocommit. It shows what
+// idem's guarantees cost against the design users would otherwise copy.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -71,9 +85,13 @@ type config struct {
 	targets     []string
 	maxDuration time.Duration
 
+	rounds int
+	logs   []string // "default", "off"
+
 	// child mode
-	serveBaseline bool
-	addr          string
+	serve     string // "baseline" or "article"
+	addr      string
+	logFormat string
 }
 
 func main() {
@@ -87,8 +105,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if cfg.serveBaseline {
-		err = serveBaseline(ctx, cfg.addr, cfg.dsn, cfg.latency, os.Stderr)
+	if cfg.serve != "" {
+		err = serveChild(ctx, cfg.serve, cfg.addr, cfg.dsn, cfg.latency, cfg.logFormat, os.Stderr)
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, cfg.maxDuration)
 		defer cancel()
@@ -102,8 +120,8 @@ func main() {
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var (
-		cfg                 config
-		dups, pools, target string
+		cfg                       config
+		dups, pools, target, logs string
 	)
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
@@ -121,10 +139,13 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&cfg.framework, "framework", "nethttp", "examples/payments -framework")
 	fs.DurationVar(&cfg.latency, "provider-latency", 0, "simulated provider latency (both servers)")
 	fs.StringVar(&cfg.paymentsBin, "payments-bin", "", "built examples/payments binary (default: go build)")
-	fs.StringVar(&target, "targets", "idem,baseline", "servers to drive: idem, baseline")
+	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, baseline, article")
+	fs.StringVar(&logs, "logs", "default,off", "logging of every server: default (the example's: text on stderr), off")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "alternating rounds per duplicate share (each server -requests/rounds per round)")
 	fs.DurationVar(&cfg.maxDuration, "max-duration", 10*time.Minute, "overall deadline")
-	fs.BoolVar(&cfg.serveBaseline, "serve-baseline", false, "internal: serve the baseline (child mode)")
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:0", "internal: baseline listen address (child mode)")
+	fs.StringVar(&cfg.serve, "serve", "", "internal: serve baseline or article (child mode)")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:0", "internal: listen address (child mode)")
+	fs.StringVar(&cfg.logFormat, "log", "text", "internal: child logging, text | json | none (child mode)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -140,14 +161,32 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	for _, t := range strings.Split(target, ",") {
 		switch t = strings.TrimSpace(t); t {
-		case "idem", "baseline":
+		case "idem", "baseline", "article":
 			cfg.targets = append(cfg.targets, t)
 		case "":
 		default:
 			return cfg, fmt.Errorf("-targets: unknown %q", t)
 		}
 	}
+	for _, l := range strings.Split(logs, ",") {
+		switch l = strings.TrimSpace(l); l {
+		case "default", "off":
+			cfg.logs = append(cfg.logs, l)
+		case "":
+		default:
+			return cfg, fmt.Errorf("-logs: unknown %q (want default, off)", l)
+		}
+	}
+	switch cfg.serve {
+	case "", "baseline", "article":
+	default:
+		return cfg, fmt.Errorf("-serve %q: want baseline or article", cfg.serve)
+	}
 	switch {
+	case len(cfg.logs) == 0:
+		return cfg, errors.New("-logs: empty")
+	case cfg.rounds < 1 || cfg.rounds > 100:
+		return cfg, fmt.Errorf("-rounds %d out of range [1, 100]", cfg.rounds)
 	case cfg.requests < 1 || cfg.requests > 1_000_000:
 		return cfg, fmt.Errorf("-requests %d out of range [1, 1000000]", cfg.requests)
 	case cfg.warmup < 0:

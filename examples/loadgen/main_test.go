@@ -19,12 +19,14 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.requests != 3000 || cfg.concurrency != 16 || len(cfg.dups) != 3 || len(cfg.targets) != 2 {
+	if cfg.requests != 3000 || cfg.concurrency != 16 || len(cfg.dups) != 3 || len(cfg.targets) != 3 ||
+		cfg.rounds != 3 || len(cfg.logs) != 2 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for _, args := range [][]string{
 		{"-dups", "101"}, {"-pool", "71"}, {"-pools", "0"}, {"-requests", "0"},
 		{"-concurrency", "0"}, {"-targets", "redis"}, {"-provider-latency", "-1s"}, {"extra"},
+		{"-logs", "verbose"}, {"-logs", ""}, {"-rounds", "0"}, {"-serve", "redis"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%q: no error", args)
@@ -37,12 +39,12 @@ func TestWithParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"search_path=s1", "pool_max_conns=7", "sslmode=disable"} {
+	for _, want := range []string{"search_path=s1", "pool_max_conns=7", "sslmode=disable", "pool_max_conn_idle_time=2s"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%s lacks %s", got, want)
 		}
 	}
-	if got, _ := withParams("host=h dbname=db", "s1", 7); got != "host=h dbname=db search_path=s1 pool_max_conns=7" {
+	if got, _ := withParams("host=h dbname=db", "s1", 7); got != "host=h dbname=db search_path=s1 pool_max_conns=7 pool_max_conn_idle_time=2s pool_health_check_period=500ms" {
 		t.Errorf("key=value form: %q", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,8 +31,15 @@ const (
 	stopTimeout  = 15 * time.Second
 )
 
-// withParams returns dsn with search_path and pool_max_conns set, in URL or
-// key=value form.
+// idleParams make a server that is not being driven close its idle
+// connections within a few seconds: the servers take turns (alternating
+// rounds) and would otherwise hold servers × pool connections of the shared
+// PostgreSQL at once. Every server gets the same; each measured chunk is
+// preceded by an unmeasured warm-up that reconnects.
+var idleParams = map[string]string{"pool_max_conn_idle_time": "2s", "pool_health_check_period": "500ms"}
+
+// withParams returns dsn with search_path, pool_max_conns and idleParams
+// set, in URL or key=value form.
 func withParams(dsn, schema string, pool int) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
@@ -41,10 +49,17 @@ func withParams(dsn, schema string, pool int) (string, error) {
 		q := u.Query()
 		q.Set("search_path", schema)
 		q.Set("pool_max_conns", strconv.Itoa(pool))
+		for k, v := range idleParams {
+			q.Set(k, v)
+		}
 		u.RawQuery = q.Encode()
 		return u.String(), nil
 	}
-	return fmt.Sprintf("%s search_path=%s pool_max_conns=%d", dsn, schema, pool), nil
+	out := fmt.Sprintf("%s search_path=%s pool_max_conns=%d", dsn, schema, pool)
+	for _, k := range []string{"pool_max_conn_idle_time", "pool_health_check_period"} {
+		out += " " + k + "=" + idleParams[k]
+	}
+	return out, nil
 }
 
 // newSchema creates a fresh schema and returns it with a function dropping it.
@@ -70,6 +85,10 @@ func newSchema(ctx context.Context, dsn string) (string, func(), error) {
 	}
 	return name, drop, nil
 }
+
+// textListening finds the address in slog's text form of the "listening"
+// line (the example's default logging).
+var textListening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // child is a server process.
 type child struct {
@@ -110,6 +129,9 @@ func startChild(ctx context.Context, bin string, args ...string) (*child, error)
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" && line.Addr != "" {
 				addrc <- line.Addr
+				sent = true
+			} else if m := textListening.FindStringSubmatch(last); m != nil {
+				addrc <- m[1]
 				sent = true
 			}
 		}
@@ -160,22 +182,56 @@ func buildPayments(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// serveBaseline is the child mode: POST /v1/payments without idem, one
-// autocommit ledger INSERT per request.
-func serveBaseline(ctx context.Context, addr, dsn string, latency time.Duration, logOut io.Writer) error {
-	log := slog.New(slog.NewJSONHandler(logOut, nil))
+// payIn is a payment request's body.
+type payIn struct {
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	To       string `json:"to"`
+}
+
+// readPayment reads and validates the body like the example (a 400
+// otherwise, already written).
+func readPayment(w http.ResponseWriter, r *http.Request) ([]byte, payIn, bool) {
+	var in payIn
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil || json.Unmarshal(body, &in) != nil || in.Amount <= 0 || len(in.Currency) != 3 || in.To == "" {
+		http.Error(w, `{"status":400}`, http.StatusBadRequest)
+		return nil, in, false
+	}
+	return body, in, true
+}
+
+// newChildLogger is the example's default logging (slog's text handler on
+// stderr), or none.
+func newChildLogger(format string, w io.Writer) *slog.Logger {
+	switch format {
+	case "none":
+		return slog.New(slog.DiscardHandler)
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// serveChild is the child mode: POST /v1/payments without idem ("baseline":
+// one autocommit ledger INSERT per request) or through the article's design
+// ("article"). Both log what the example's service logs per execution (the
+// provider's charge, the booking) when logging is on.
+func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Duration, logFormat string, logOut io.Writer) error {
+	log := newChildLogger(logFormat, logOut)
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return err
 	}
 	schema, _, _ := strings.Cut(pcfg.ConnConfig.RuntimeParams["search_path"], ",")
+	schema = strings.TrimSpace(schema)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	table := pgx.Identifier{strings.TrimSpace(schema), "baseline_payments"}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+	table := pgx.Identifier{schema, "payments"}.Sanitize()
+	ddl := []string{`CREATE TABLE IF NOT EXISTS ` + table + ` (
 	id                 text        PRIMARY KEY,
 	user_id            text        NOT NULL,
 	amount             bigint      NOT NULL CHECK (amount > 0),
@@ -183,37 +239,27 @@ func serveBaseline(ctx context.Context, addr, dsn string, latency time.Duration,
 	recipient          text        NOT NULL,
 	provider_charge_id text        NOT NULL,
 	created_at         timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-		return err
+)`, `CREATE INDEX IF NOT EXISTS payments_user_idx ON ` + table + ` (user_id, created_at, id)`}
+	if kind == "article" {
+		ddl = append(ddl, articleDDL(pgx.Identifier{schema, "idempotency_keys"}.Sanitize())...)
 	}
-	if _, err := pool.Exec(ctx, `CREATE INDEX IF NOT EXISTS baseline_payments_user_idx ON `+table+` (user_id, created_at, id)`); err != nil {
-		return err
+	for _, q := range ddl {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return err
+		}
 	}
 	insert := `INSERT INTO ` + table + ` (id, user_id, amount, currency, recipient, provider_charge_id) VALUES ($1, $2, $3, $4, $5, $6)`
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
-		user := r.Header.Get("X-User-ID")
-		if user == "" {
-			http.Error(w, `{"status":401}`, http.StatusUnauthorized)
-			return
-		}
-		var in struct {
-			Amount   int64  `json:"amount"`
-			Currency string `json:"currency"`
-			To       string `json:"to"`
-		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&in); err != nil || in.Amount <= 0 || len(in.Currency) != 3 || in.To == "" {
-			http.Error(w, `{"status":400}`, http.StatusBadRequest)
-			return
-		}
-		if latency > 0 { // the provider call the example makes
+	// book is the business logic: the provider call (simulated), then the
+	// ledger row in one autocommit INSERT with a random ID.
+	book := func(ctx context.Context, user string, in payIn) (int, []byte, error) {
+		if latency > 0 {
 			t := time.NewTimer(latency)
 			select {
 			case <-t.C:
-			case <-r.Context().Done():
+			case <-ctx.Done():
 				t.Stop()
-				return
+				return http.StatusServiceUnavailable, nil, ctx.Err()
 			}
 		}
 		var b [12]byte
@@ -225,15 +271,41 @@ func serveBaseline(ctx context.Context, addr, dsn string, latency time.Duration,
 			To               string `json:"to"`
 			ProviderChargeID string `json:"provider_charge_id"`
 		}{"pay_" + hex.EncodeToString(b[:]), in.Amount, in.Currency, in.To, "ch_" + hex.EncodeToString(b[:])}
-		if _, err := pool.Exec(r.Context(), insert, p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID); err != nil {
-			http.Error(w, `{"status":500}`, http.StatusInternalServerError)
-			return
+		log.InfoContext(ctx, "provider: card charged", "charge", p.ProviderChargeID, "amount", p.Amount, "currency", p.Currency)
+		if _, err := pool.Exec(ctx, insert, p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID); err != nil {
+			return http.StatusInternalServerError, []byte(`{"status":500}`), err
 		}
+		log.InfoContext(ctx, "payment booked", "user", user, "payment", p.ID, "amount", p.Amount,
+			"currency", p.Currency, "charge", p.ProviderChargeID)
 		out, _ := json.Marshal(p)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(out)
-	})
+		return http.StatusCreated, out, nil
+	}
+
+	mux := http.NewServeMux()
+	switch kind {
+	case "article":
+		mux.Handle("POST /v1/payments", articleHandler(newArticleStore(pool, schema), book, log))
+	default:
+		mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
+			user := r.Header.Get("X-User-ID")
+			if user == "" {
+				http.Error(w, `{"status":401}`, http.StatusUnauthorized)
+				return
+			}
+			_, in, ok := readPayment(w, r)
+			if !ok {
+				return
+			}
+			code, out, err := book(r.Context(), user, in)
+			if err != nil {
+				http.Error(w, `{"status":500}`, http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_, _ = w.Write(out)
+		})
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
 
 	ln, err := net.Listen("tcp", addr)
@@ -241,7 +313,8 @@ func serveBaseline(ctx context.Context, addr, dsn string, latency time.Duration,
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("listening", "addr", ln.Addr().String())
+	// The address, always as JSON, whatever the logging.
+	slog.New(slog.NewJSONHandler(logOut, nil)).Info("listening", "addr", ln.Addr().String(), "server", kind)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
