@@ -38,6 +38,8 @@ const envCrashRounds = "IDEM_CRASH_ROUNDS"
 // key is retried until it is answered, and the test checks:
 //
 //   - no key stuck: every key ends with a 201 (after its lease, at worst);
+//   - right after each restart, before any request, every 201 answered
+//     so far is in a completed record holding that body;
 //   - every 201 ever sent for a key, before or after the crash, is
 //     byte-identical to every other (replays included); the provider
 //     answers a new charge ID on every call, so a handler run again after
@@ -85,6 +87,9 @@ func TestCrashPostgres(t *testing.T) {
 
 type crashLoad struct {
 	base string
+	// pause holds the clients while the test inspects the database right
+	// after a restart.
+	pause sync.RWMutex
 
 	mu       sync.Mutex
 	answers  map[string][]result // "user key" -> every answer
@@ -103,6 +108,8 @@ func splitUK(uk string) (user, key string) {
 }
 
 func (l *crashLoad) send(uk string) result {
+	l.pause.RLock()
+	defer l.pause.RUnlock()
 	user, key := splitUK(uk)
 	r := do(http.MethodPost, l.base+"/v1/payments", user, key, paymentBody(1000))
 	l.mu.Lock()
@@ -162,7 +169,24 @@ func (l *crashLoad) round(t *testing.T, c *pgtest.Cluster, round int) {
 	before := l.requests
 	l.mu.Unlock()
 	c.Crash()
+	// Wait for the requests in flight (they fail: the database is down),
+	// and hold the clients until the check is done: every 201 answered
+	// so far was committed before the crash, and no request reaches the
+	// restarted database before the check.
+	l.pause.Lock()
 	c.Start()
+	l.mu.Lock()
+	sent := map[string][]byte{}
+	for uk, rs := range l.answers {
+		for _, r := range rs {
+			if r.status == http.StatusCreated {
+				sent[uk] = r.body
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.checkDurable(t, c.DSN, round, sent)
+	l.pause.Unlock()
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
@@ -170,6 +194,41 @@ func (l *crashLoad) round(t *testing.T, c *pgtest.Cluster, round int) {
 	defer l.mu.Unlock()
 	if before == 0 || l.requests == before {
 		t.Errorf("round %d: %d requests before the crash, %d after: the crash did not happen under load", round, before, l.requests-before)
+	}
+}
+
+// checkDurable checks, right after the restart and before any request,
+// that every 201 answered so far (each was committed before the crash, or
+// replayed from a committed record) is stored, byte for byte, in a
+// completed record: what a client was told survives the crash (a
+// completion lost in it would be re-run later, and with the charge kept as
+// a recovery point the re-run would answer the same body: only the
+// database can tell).
+func (l *crashLoad) checkDurable(t *testing.T, dsn string, round int, sent map[string][]byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect to the restarted cluster: %v", err)
+	}
+	defer conn.Close(ctx)
+	lost := 0
+	for uk, body := range sent {
+		user, key := splitUK(uk)
+		var (
+			status string
+			stored []byte
+		)
+		err := conn.QueryRow(ctx, `SELECT status, resp_body FROM idem_records WHERE scope = $1 AND key = $2`, user, key).Scan(&status, &stored)
+		if err != nil || status != "completed" || !bytes.Equal(stored, body) {
+			lost++
+			if lost <= 5 {
+				t.Errorf("round %d: key %q was answered 201 before the crash; after it the record is %q %s (%v)", round, uk, status, stored, err)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("round %d: %d of %d 201s answered before the crash are not durable", round, lost, len(sent))
 	}
 }
 
