@@ -91,3 +91,9 @@ race-demo:
 test-pgbouncer:
 	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || (apt-get update && apt-get install -y pgbouncer)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 5m -run '^TestPgBouncer$$' -v ./internal/topology
+
+## test-failover: a private primary + streaming standby (ports 15910-15913, as the postgres
+## user, temp dirs), two payments instances on a multi-host DSN, the primary crashed and the
+## standby promoted mid-run; synchronous then asynchronous replication
+test-failover:
+	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 10m -run '^TestFailover$$' -v ./internal/topology
