@@ -2,7 +2,7 @@
 // record, list keys stuck past their lease, release one so a retry runs at
 // once, run retention, and count records by status and age.
 //
-//	idemctl inspect -scope u1 [-body] [-show-key] KEY   one record (KEY "-": read it from stdin)
+//	idemctl inspect -scope u1 [-body] [-show-key] KEY   one record, steps of a processing one (KEY "-": stdin)
 //	idemctl stuck [-limit 100] [-show-keys]             processing past the lease, longest lapsed first
 //	idemctl release -scope u1 [-token N] [-live] KEY     mark a stuck record failed (fenced by its token)
 //	idemctl sweep [-batch 1000] [-margin 1h]             delete expired records until none is left

@@ -203,7 +203,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return c.fail(codeOf(err), fmt.Errorf("inspect %s: %w", describe(scope, key), err))
 		}
-		return out.record(r)
+		// Recovery points of an execution in progress (a stuck one: what a
+		// takeover will resume from). Stores offer them only to the
+		// current token of a processing record.
+		var steps map[string][]byte
+		if ss, ok := st.(core.StepStore); ok && r.Status == core.StatusProcessing {
+			steps, _ = ss.LoadSteps(ctx, core.Fence{Scope: scope, Key: key, Token: r.Token})
+		}
+		return out.record(r, steps)
 	case "stuck":
 		rs, err := st.Stuck(ctx, limit)
 		if err != nil {

@@ -132,9 +132,17 @@ func testInspectStatsStuck(t *testing.T, c ctl, st core.Store) {
 		strings.Contains(r.stdout, "pay_1") || !strings.Contains(r.stdout, "(hidden; -body shows it)") {
 		t.Errorf("inspect (text): %d %s %s", r.code, r.stdout, r.stderr)
 	}
+	if ss, ok := st.(core.StepStore); ok {
+		if err := ss.SaveStep(ctx, stuck, "charge", []byte(`{"id":"ch_1"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.json(&rec, "inspect", "-scope", "u1", kStuck)
 	if rec.Status != core.StatusProcessing || !rec.Stuck || rec.LeaseLeft >= 0 {
 		t.Errorf("inspect stuck: %+v", rec)
+	}
+	if _, ok := st.(core.StepStore); ok && (len(rec.Steps) != 1 || rec.Steps[0].Name != "charge" || rec.Steps[0].ResultBytes != 13 || rec.Steps[0].Result != nil) {
+		t.Errorf("inspect stuck: steps %+v, want the charge step (13 bytes, hidden)", rec.Steps)
 	}
 	if r := c.run("inspect", "-scope", "u9", kDone); r.code != exitNotFound || !strings.Contains(r.stderr, core.RedactKey(kDone)) {
 		t.Errorf("inspect of a missing record: exit %d, stderr %q", r.code, r.stderr)

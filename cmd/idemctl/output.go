@@ -38,6 +38,13 @@ type recordJSON struct {
 	Waiters     bool          `json:"waiters"`
 	Now         time.Time     `json:"db_now"`
 	Response    *responseJSON `json:"response,omitempty"`
+	Steps       []stepJSON    `json:"steps,omitempty"` // processing records only
+}
+
+type stepJSON struct {
+	Name        string  `json:"name"`
+	ResultBytes int     `json:"result_bytes"`
+	Result      *string `json:"result,omitempty"` // -body only
 }
 
 type responseJSON struct {
@@ -85,8 +92,21 @@ func (p *printer) emit(v any) int {
 	return exitOK
 }
 
-func (p *printer) record(r core.AdminRecord) int {
+func (p *printer) record(r core.AdminRecord, steps map[string][]byte) int {
 	j := p.toJSON(r)
+	names := make([]string, 0, len(steps))
+	for n := range steps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		sj := stepJSON{Name: n, ResultBytes: len(steps[n])}
+		if p.body {
+			v := string(steps[n])
+			sj.Result = &v
+		}
+		j.Steps = append(j.Steps, sj)
+	}
 	if p.json {
 		return p.emit(j)
 	}
@@ -118,6 +138,13 @@ func (p *printer) record(r core.AdminRecord) int {
 		row("completed", stamp(*j.CompletedAt, j.Now))
 	}
 	row("waiters", fmt.Sprint(j.Waiters))
+	for _, st := range j.Steps {
+		v := fmt.Sprintf("%d bytes", st.ResultBytes)
+		if st.Result != nil {
+			v = *st.Result
+		}
+		row("step "+st.Name, v)
+	}
 	if r := j.Response; r != nil {
 		desc := fmt.Sprintf("%d, %d body bytes", r.Status, r.BodyBytes)
 		if r.NotRetained {
