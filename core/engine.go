@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -188,8 +186,7 @@ func (e *Engine) redact(key string) string {
 	if e.cfg.logKeys {
 		return key
 	}
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:6])
+	return RedactKey(key)
 }
 
 // scrub returns err with every occurrence of key in its message replaced by
