@@ -69,7 +69,8 @@ func loadMigrations(c config) ([]migration, error) {
 		"ClaimRowFn":     n.claimRowFn,
 		"ClaimRowType":   n.claimRow,
 		"ClaimFullInto":  into,
-		"Steps":          stepsTable(c), // 0005
+		"Steps":          stepsTable(c),       // 0005
+		"ClaimReadInto":  claimReadIntoSQL(c), // 0006
 	}
 	var out []migration
 	for _, f := range files {

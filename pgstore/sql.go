@@ -156,6 +156,39 @@ func claimFullIntoSQL(c config) (string, error) {
 	return strings.Replace(q, from, "\nINTO o"+from, 1), nil
 }
 
+// claimReadIntoSQL is the read that the claim function of migration 0006
+// tries first: the record as the statement's snapshot sees it, kept only if
+// it is NOT claimable (claimFull's CTE e), selected INTO the composite o
+// with claimed = false. A replay or an in-flight duplicate is answered by
+// this one index lookup; only a new or claimable key goes on to the INSERT
+// (and, if the key exists, to claimFull). Parameters are the function's:
+// $1-$7 as in claimFull, $8 the clock.
+func claimReadIntoSQL(c config) string {
+	n := c.names()
+	cond := strings.ReplaceAll(condClaimableSnapshot, "v.now", "$8")
+	if !c.partitioned {
+		return `SELECT r.scope, r.key, r.method, r.route, r.fingerprint, r.status, r.token,
+       r.locked_until, r.created_at, r.expires_at,
+       r.resp_status, r.resp_header, r.resp_body, r.resp_not_retained, r.resp_status IS NOT NULL,
+       false, $8
+INTO o
+FROM ` + n.table + ` r
+WHERE r.scope = $1 AND r.key = $2 AND NOT ` + cond
+	}
+	return `SELECT r.scope, r.key, r.method, r.route, r.fingerprint, r.status, r.token,
+       r.locked_until, r.created_at, r.expires_at,
+       p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL,
+       false, $8
+INTO o
+FROM ` + n.table + ` r
+LEFT JOIN LATERAL (
+  SELECT * FROM ` + n.payload + `
+  WHERE scope = r.scope AND key = r.key AND token = r.token AND stored_at = r.completed_at
+  LIMIT 1 -- keeps the subquery from being flattened: pruned at run time
+) p ON true
+WHERE r.scope = $1 AND r.key = $2 AND NOT ` + cond
+}
+
 // claimFull is the claim-or-read statement, {{NOW}} standing for the clock.
 func claimFull(c config) string {
 	n := c.names()
