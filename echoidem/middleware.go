@@ -12,7 +12,7 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// Option configures Middleware. Options follow the OpenTelemetry-contrib
+// Option configures New. Options follow the OpenTelemetry-contrib
 // style; a nil Option is ignored.
 type Option interface{ apply(*config) }
 
