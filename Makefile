@@ -53,7 +53,7 @@ bench-mysql:
 
 ## bench-e2e: examples/payments on pgstore under the loopback load driver, vs ledger-insert-only
 bench-e2e:
-	$(GO) run ./examples/loadgen -requests 3000 -concurrency 16 -dups 0,30,90 -pools 4,8,32
+	$(GO) run ./examples/loadgen -requests 3000 -rounds 3 -concurrency 16 -dups 0,30,90 -logs default,off
 	$(GO) run ./examples/loadgen -requests 1500 -concurrency 32 -dups 0 -pool 32 -pools 4,8 -provider-latency 50ms
 
 ## fuzz: each fuzz target for FUZZTIME
