@@ -166,13 +166,13 @@ ping_node() { "$client" --no-defaults --connect-timeout=2 -h127.0.0.1 -P "$(sql_
 start_node() { # start_node I [EXTRA...]
 	local i=$1; shift
 	/usr/sbin/mariadbd --defaults-file="$dir/node$i/my.cnf" "${user_opt[@]}" "$@" >>"$dir/node$i/stdout.log" 2>&1 &
-	pids+=($!)
+	pids[i - 1]=$!
 }
 
 wait_ready() { # wait_ready I: the node answers SQL and is synced with the cluster
 	local i=$1 s=0
 	while [ $s -lt $((WAIT * 2)) ]; do
-		kill -0 "${pids[$((i - 1))]}" 2>/dev/null || die "node$i exited during start-up"
+		kill -0 "${pids[$((i - 1))]}" 2>/dev/null || return 1
 		if [ "$(ping_node "$i" "select variable_value from information_schema.global_status where variable_name='wsrep_local_state_comment'")" = "Synced" ]; then
 			return 0
 		fi
@@ -183,15 +183,22 @@ wait_ready() { # wait_ready I: the node answers SQL and is synced with the clust
 }
 
 log "starting node1 (bootstrap, SQL port $(sql_port 1))"
+join() { # join I: wait for a joiner; one whose state transfer failed (a loaded machine) gets a second try
+	wait_ready "$1" && return 0
+	log "node$1 exited during start-up; starting it once more"
+	start_node "$1"
+	wait_ready "$1" || die "node$1 exited during start-up, twice"
+}
+
 start_node 1 --wsrep-new-cluster
-wait_ready 1
+wait_ready 1 || die "node1 exited during start-up"
 # The shared servers give root@127.0.0.1 no password and a database named test; so does the cluster.
 ping_node 1 "create database if not exists test" >/dev/null
 log "starting node2 and node3 (rsync SST)"
 start_node 2
 start_node 3
-wait_ready 2
-wait_ready 3
+join 2
+join 3
 size=$(ping_node 1 "select variable_value from information_schema.global_status where variable_name='wsrep_cluster_size'")
 [ "$size" = 3 ] || die "wsrep_cluster_size is $size, want 3"
 log "cluster of $size nodes formed in $(($(date +%s) - t0))s"
