@@ -67,11 +67,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeClaimRow$$' -fuzztime $(FUZZTIME) ./pgstore
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./mysqlstore
 
-## chaos: full-size chaos test (10k requests; two payments instances on one PostgreSQL schema,
-## one waiting for in-flight duplicates (-wait 1s, LISTEN/NOTIFY), SIGKILLs, pg_terminate_backend,
-## 30% duplicates). `make test` runs a 3000-request version.
+## chaos: full-size chaos tests (10k requests; two payments instances on one PostgreSQL schema,
+## then on one MariaDB database, one waiting for in-flight duplicates (-wait 1s), SIGKILLs,
+## pg_terminate_backend / KILL CONNECTION, 30% duplicates). `make test` runs 3000-request versions
+## (and the Galera one, internal/galera).
 chaos:
-	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' -v ./internal/chaos
+	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 30m -run '^TestChaos(MySQL)?$$' -v ./internal/chaos
 
 ## crash: TestCrashPostgres with 15 rounds (PostgreSQL crashed with pg_ctl -m immediate under the
 ## payments flow, on a throwaway cluster on port 15702). `make test` runs 3 rounds.
