@@ -288,3 +288,78 @@ func TestTxFirstStatementFails(t *testing.T) {
 		t.Fatalf("%d connections still acquired", st.AcquiredConns())
 	}
 }
+
+// TestTxExplicitBegin: the calls that cannot carry BEGIN in a pipeline
+// (CopyFrom, Begin, LargeObjects, Conn) begin the transaction first when
+// they come first; their writes commit with the record, or vanish with it.
+func TestTxExplicitBegin(t *testing.T) {
+	s := newStore(t, pgtest.Pool(t), WithTransactional())
+	table := ledger(t, s)
+	for _, c := range []struct {
+		name  string
+		first func(ctx context.Context, tx pgx.Tx, key string, token int64) error
+	}{
+		{"CopyFrom", func(ctx context.Context, tx pgx.Tx, key string, token int64) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{s.cfg.schema, "ledger"}, []string{"key", "token"},
+				pgx.CopyFromRows([][]any{{key, token}}))
+			return err
+		}},
+		{"Begin", func(ctx context.Context, tx pgx.Tx, key string, token int64) error {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := sp.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, token); err != nil {
+				return err
+			}
+			return sp.Commit(ctx)
+		}},
+		{"LargeObjects", func(ctx context.Context, tx pgx.Tx, key string, token int64) error {
+			lo := tx.LargeObjects()
+			oid, err := lo.Create(ctx, 0)
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { // large objects outlive the test's schema
+				_, _ = s.pool.Exec(context.Background(), "SELECT lo_unlink($1) FROM pg_largeobject_metadata WHERE oid = $1", oid)
+			})
+			_, err = tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, token)
+			return err
+		}},
+		{"Conn", func(ctx context.Context, tx pgx.Tx, key string, token int64) error {
+			if tx.Conn() == nil {
+				return errors.New("Conn() = nil")
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, token)
+			return err
+		}},
+	} {
+		for _, commit := range []bool{true, false} {
+			key := c.name + map[bool]string{true: "-commit", false: "-fail"}[commit]
+			ctx, f := mustClaim(t, s, claimReq(key, time.Minute))
+			tx, err := Tx(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.first(ctx, tx, key, f.Token); err != nil {
+				t.Fatalf("%s first: %v", c.name, err)
+			}
+			want := 0
+			if commit {
+				want = 1
+				err = s.Complete(ctx, f, core.StoredResponse{Status: 201})
+			} else {
+				err = s.Fail(ctx, f)
+			}
+			if err != nil {
+				t.Fatalf("%s: end: %v", key, err)
+			}
+			if got := ledgerRows(t, s, table, key); len(got) != want {
+				t.Errorf("%s: ledger rows %v, want %d", key, got, want)
+			}
+		}
+	}
+	if st := s.pool.Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("%d connections still acquired", st.AcquiredConns())
+	}
+}
