@@ -45,11 +45,13 @@ bench-pg:
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./core ./pgstore
 	$(GO) test -run '^$$' -bench 'BenchmarkStep' -benchtime 1500x -count 3 -timeout 20m ./pgstore
 
-## bench-mysql: mysqlstore claim+complete vs its own raw statements (alternating, same run); replay; wait-mode wake-up
+## bench-mysql: mysqlstore claim+complete vs its own raw statements (alternating, same run); replay; wait-mode wake-up; e2e vs ledger-insert-only
 bench-mysql:
 	$(GO) test -run '^$$' -bench 'BenchmarkClaimComplete' -benchtime 1500x -count 3 -timeout 20m ./mysqlstore
 	$(GO) test -run '^$$' -bench 'BenchmarkConformance/ClaimReplay' -benchtime 2000x -count 3 ./mysqlstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./mysqlstore
+	$(GO) test -run '^$$' -bench 'BenchmarkReplay$$' -benchtime 4000x -count 2 ./mysqlstore
+	$(GO) run ./examples/loadgen -dsn 'mysql://root@127.0.0.1:3306/test' -targets idem,baseline -logs off -requests 3000 -dups 0,30,90
 
 ## bench-e2e: examples/payments on pgstore under the loopback load driver, vs ledger-insert-only
 bench-e2e:

@@ -26,7 +26,8 @@ var benchRun atomic.Int64
 //     store adds on top (validation, scanning, header encoding, retries);
 //   - simple: the simplest statements that could do the job, a plain
 //     INSERT (token from the same AUTO_INCREMENT table) and a fenced
-//     UPDATE: what the claim procedure costs over them.
+//     UPDATE: what the claim procedure costs over them;
+//   - read-first: the store WithReadFirst (a SELECT before the CALL).
 //
 // Each pair commits twice (three times for store and raw: the token draw
 // is its own autocommit); with innodb_flush_log_at_trx_commit=1 the numbers
@@ -132,8 +133,21 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 			return nil
 		}
+		sf := openStore(b, db, WithReadFirst())
+		readFirst := func(ctx context.Context, key string) error {
+			req := claimReq(key, 30*time.Second)
+			req.Retention = 24 * time.Hour
+			res, err := sf.Claim(ctx, req)
+			if err != nil {
+				return err
+			}
+			if !res.Claimed {
+				return fmt.Errorf("not claimed")
+			}
+			return sf.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
+		}
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			runAlternating(b, workers, []string{"store", "raw", "simple"}, store, raw, simple)
+			runAlternating(b, workers, []string{"store", "raw", "simple", "read-first"}, store, raw, simple, readFirst)
 		})
 	}
 }
@@ -219,4 +233,38 @@ func BenchmarkWaitWake(b *testing.B) {
 	b.Run("poll-5ms", func(b *testing.B) {
 		storetest.BenchmarkWaitWake(b, s, false, core.WithWaitPoll(5*time.Millisecond))
 	})
+}
+
+// BenchmarkReplay measures a replay (a completed key claimed again) by the
+// default claim (one CALL) against WithReadFirst (one plain SELECT), the
+// two stores alternating on one table, at 1 and 8 workers.
+func BenchmarkReplay(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		db := mytest.NewDB(b, "")
+		db.SetMaxOpenConns(workers)
+		db.SetMaxIdleConns(workers)
+		call, first := openStore(b, db), openStore(b, db, WithReadFirst())
+		ctx := context.Background()
+		req := claimReq("r", time.Minute)
+		res, err := call.Claim(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := call.Complete(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token},
+			core.StoredResponse{Status: 201, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
+			b.Fatal(err)
+		}
+		replay := func(s *Store) func(ctx context.Context, _ string) error {
+			return func(ctx context.Context, _ string) error {
+				r, err := s.Claim(ctx, req)
+				if err == nil && r.Record.Status != core.StatusCompleted {
+					err = fmt.Errorf("not a replay: %s", r.Record.Status)
+				}
+				return err
+			}
+		}
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			runAlternating(b, workers, []string{"call", "read-first"}, replay(call), replay(first))
+		})
+	}
 }

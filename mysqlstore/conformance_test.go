@@ -15,6 +15,8 @@ import (
 //   - causal: with the Galera causal-read prefix (SET STATEMENT
 //     wsrep_sync_wait = 1 FOR ...) forced on, so the prefixed statements
 //     are proven on a plain MariaDB too (a Galera node runs them for real);
+//   - read_first: WithReadFirst (a plain SELECT before the CALL), with the
+//     causal prefix too;
 //   - tz+09: a DSN forcing the session time zone to +09:00 and parseTime
 //     with a non-UTC loc: the store's instants must not move.
 func TestConformance(t *testing.T) {
@@ -22,9 +24,11 @@ func TestConformance(t *testing.T) {
 		name   string
 		dsn    func(t *testing.T) string
 		causal bool
+		opts   []Option
 	}{
-		{"default", func(*testing.T) string { return "" }, false},
-		{"causal", func(*testing.T) string { return "" }, true},
+		{"default", func(*testing.T) string { return "" }, false, nil},
+		{"causal", func(*testing.T) string { return "" }, true, nil},
+		{"read_first", func(*testing.T) string { return "" }, true, []Option{WithReadFirst()}},
 		{"tz+09", func(t *testing.T) string {
 			cfg := mytest.Config(t, "")
 			if cfg.Params == nil {
@@ -38,14 +42,14 @@ func TestConformance(t *testing.T) {
 			}
 			cfg.Loc = loc
 			return cfg.FormatDSN()
-		}, false},
+		}, false, nil},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			dsn := v.dsn(t)
 			storetest.Run(t, func(tb testing.TB) core.Store {
-				s := openStore(tb, mytest.NewDB(tb, dsn))
+				s := openStore(tb, mytest.NewDB(tb, dsn), v.opts...)
 				s.forceCausal = v.causal
 				return s
 			})

@@ -44,6 +44,9 @@ type config struct {
 	txOpts  *sql.TxOptions
 	causal  bool
 	retries int
+	// readFirst: a plain SELECT first, the claim procedure only when the
+	// key is missing or claimable.
+	readFirst bool
 
 	// clockOffset shifts the database clock the store reads. Tests only:
 	// it drives a record past retention without waiting. Zero in production.
@@ -176,6 +179,20 @@ func WithDeadlockRetries(n int) Option {
 		}
 		c.retries = n
 	})
+}
+
+// WithReadFirst makes Claim send a plain primary-key SELECT first, and the
+// claim procedure only when the key is missing or claimable. A replay or an
+// in-flight duplicate (and every poll of a waiting one) then costs one
+// SELECT instead of one CALL — about 1.8× cheaper on the benchmark machine
+// (BENCHMARKS.md §7.1) — while a first execution or a takeover costs a
+// second round trip before its CALL. Worth it where retries are common
+// (clients that retry aggressively, wait mode with many waiters); a first
+// execution's cost is dominated by its commits anyway.
+//
+// Default: off (one CALL for every claim).
+func WithReadFirst() Option {
+	return optionFunc(func(c *config) { c.readFirst = true })
 }
 
 // withClockOffset shifts the database clock the store reads. Tests only.

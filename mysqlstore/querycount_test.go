@@ -198,3 +198,45 @@ func TestQueryCounts(t *testing.T) {
 		t.Errorf("ledger rows = %d (%v), want 1: the completed transaction's row only", n, err)
 	}
 }
+
+// TestQueryCountsReadFirst: with WithReadFirst a replay or an in-flight
+// duplicate costs one round trip (the SELECT), a new key two (the SELECT
+// that finds nothing, then the CALL).
+func TestQueryCountsReadFirst(t *testing.T) {
+	tr := &commandCounter{}
+	cfg := mytest.Database(t, "")
+	cfg.DialFunc = tr.dial
+	db := mytest.Open(t, cfg)
+	db.SetMaxOpenConns(1)
+	s := openStore(t, db, WithReadFirst())
+	ctx := t.Context()
+	warm := claimReq("warm", time.Minute)
+	if _, err := s.Claim(ctx, warm); err != nil { // schema check, preparations
+		t.Fatal(err)
+	}
+	count := func(name string, want int, fn func() (core.ClaimResult, error)) core.ClaimResult {
+		t.Helper()
+		tr.reset()
+		res, err := fn()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n, by := tr.roundTrips(); n != want {
+			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
+		}
+		return res
+	}
+	req := claimReq("k", time.Minute)
+	res := count("claim (new key)", 2, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
+	if !res.Claimed || !res.Fresh {
+		t.Fatalf("new key: %+v", res)
+	}
+	count("claim (in flight)", 1, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
+	if err := s.Complete(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	res = count("claim (replay)", 1, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
+	if res.Claimed || res.Record.Status != core.StatusCompleted || res.Record.Response == nil {
+		t.Fatalf("replay: %+v", res)
+	}
+}

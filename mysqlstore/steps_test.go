@@ -5,16 +5,21 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
 )
 
 // TestFreshAndSteps: Fresh is set for a created record (new key, new again)
 // and not for a takeover; saving the same result twice is not a lost lease;
 // one round trip each (warm).
 func TestFreshAndSteps(t *testing.T) {
-	s := newStore(t)
+	// Stores whose clocks run ahead stand in for waiting (no sleeps: a
+	// loaded machine cannot push the takeover past retention).
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	later := openStore(t, db, withClockOffset(2*time.Minute)) // lease lapsed, retention not
+	muchLater := openStore(t, db, withClockOffset(3*time.Hour))
 	ctx := t.Context()
-	req := claimReq("fresh", 50*time.Millisecond)
-	req.Retention = 150 * time.Millisecond
+	req := claimReq("fresh", time.Minute) // retention 1h
 	res, err := s.Claim(ctx, req)
 	if err != nil || !res.Claimed || !res.Fresh {
 		t.Fatalf("new key: claimed %v fresh %v err %v, want both", res.Claimed, res.Fresh, err)
@@ -25,22 +30,23 @@ func TestFreshAndSteps(t *testing.T) {
 			t.Fatalf("save: %v", err)
 		}
 	}
-	time.Sleep(80 * time.Millisecond) // lease lapses, retention not yet
-	res, err = s.Claim(ctx, req)
+	res, err = later.Claim(ctx, req)
 	if err != nil || !res.Claimed || res.Fresh {
 		t.Fatalf("takeover: claimed %v fresh %v err %v, want claimed and not fresh", res.Claimed, res.Fresh, err)
 	}
 	g := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-	steps, err := s.LoadSteps(ctx, g)
+	steps, err := later.LoadSteps(ctx, g)
 	if err != nil || string(steps["charge"]) != "ch_1" {
 		t.Fatalf("steps after takeover: %q %v", steps, err)
 	}
 	if err := s.SaveStep(ctx, f, "charge", []byte("ch_1")); err == nil {
 		t.Error("the stale owner saved a step (identical result) after the takeover")
 	}
-	time.Sleep(200 * time.Millisecond) // past retention and lease: new again
-	res, err = s.Claim(ctx, req)
+	res, err = muchLater.Claim(ctx, req)
 	if err != nil || !res.Claimed || !res.Fresh {
 		t.Fatalf("new again: claimed %v fresh %v err %v, want both", res.Claimed, res.Fresh, err)
+	}
+	if steps, err := muchLater.LoadSteps(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil || len(steps) != 0 {
+		t.Errorf("steps of a key new again: %q %v, want none", steps, err)
 	}
 }

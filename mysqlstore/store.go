@@ -272,6 +272,24 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			return core.ClaimResult{}, err
 		}
 	}
+	if s.cfg.readFirst {
+		// WithReadFirst: a record that is not claimable is the answer.
+		var (
+			res   core.ClaimResult
+			found bool
+		)
+		err := s.withRetry(ctx, func() error {
+			var err error
+			res, found, err = s.read(ctx, &req)
+			return err
+		})
+		if err != nil {
+			return core.ClaimResult{}, wrap(ctx, op, err)
+		}
+		if found && !claimable(&res.Record, res.Now, &req) {
+			return res, nil
+		}
+	}
 	var (
 		res   core.ClaimResult
 		found bool
@@ -339,6 +357,30 @@ func (s *Store) claimOnce(ctx context.Context, req *core.ClaimRequest) (core.Cla
 	// A claim that created the record (new key, or new again) set
 	// created_at to the procedure's clock; a takeover keeps the older one.
 	res.Fresh = res.Claimed && rec.CreatedAt.Equal(res.Now)
+	return res, true, nil
+}
+
+// read is WithReadFirst's first statement: the record as Get reads it
+// (causal on Galera), and the clock.
+func (s *Store) read(ctx context.Context, req *core.ClaimRequest) (core.ClaimResult, bool, error) {
+	st, err := s.stmt(ctx, s.causal(s.sql.get))
+	if err != nil {
+		return core.ClaimResult{}, false, err
+	}
+	var (
+		res     core.ClaimResult
+		claimed bool
+		now     int64
+	)
+	rec, err := scanRecord(st.QueryRowContext(ctx, req.Scope, req.Key), &claimed, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return core.ClaimResult{}, false, nil
+	}
+	if err != nil {
+		return core.ClaimResult{}, false, err
+	}
+	rec.Scope, rec.Key = req.Scope, req.Key
+	res.Record, res.Now = rec, fromMicros(now)
 	return res, true, nil
 }
 

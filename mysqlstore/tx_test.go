@@ -165,7 +165,7 @@ func TestTxNoLease(t *testing.T) {
 func TestTwoPoolsOneClaim(t *testing.T) {
 	cfg := mytest.Database(t, "")
 	a := openStore(t, mytest.Open(t, cfg))
-	b := openStore(t, mytest.Open(t, cfg))
+	b := openStore(t, mytest.Open(t, cfg), WithReadFirst()) // a rollout of the option: both paths race
 	for round := range 20 {
 		req := claimReq("race-"+string(rune('a'+round)), time.Minute)
 		var (

@@ -173,6 +173,7 @@ type server struct {
 	target  string // idem, baseline, article
 	logging string // default, off
 	pool    int
+	mysql   bool  // -dsn mysql://: mysqlstore behind the example
 	dups    []int // the duplicate shares it takes part in
 	c       *child
 	d       *driver
@@ -182,6 +183,9 @@ type server struct {
 func (s *server) name() string {
 	switch s.target {
 	case "idem":
+		if s.mysql {
+			return "payments + idem (mysqlstore tx)"
+		}
 		return "payments + idem (pgstore tx)"
 	case "article":
 		return "article's design"
@@ -224,13 +228,13 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 	var servers []*server
 	for _, l := range cfg.logs {
 		for _, t := range cfg.targets {
-			servers = append(servers, &server{target: t, logging: l, pool: cfg.pool, dups: cfg.dups})
+			servers = append(servers, &server{target: t, logging: l, pool: cfg.pool, mysql: isMySQL(cfg.dsn), dups: cfg.dups})
 		}
 	}
 	if slices.Contains(cfg.targets, "idem") {
 		for _, p := range cfg.pools {
 			if p != cfg.pool {
-				servers = append(servers, &server{target: "idem", logging: cfg.logs[0], pool: p, dups: []int{0}})
+				servers = append(servers, &server{target: "idem", logging: cfg.logs[0], pool: p, mysql: isMySQL(cfg.dsn), dups: []int{0}})
 			}
 		}
 	}

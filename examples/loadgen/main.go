@@ -1,5 +1,6 @@
 // Command loadgen drives examples/payments over loopback HTTP with
-// PostgreSQL behind it (pgstore in transactional mode) and reports
+// PostgreSQL behind it (pgstore in transactional mode; or MySQL/MariaDB
+// with mysqlstore, -dsn mysql://…) and reports
 // throughput and latency percentiles, next to two servers without idem: the
 // bare endpoint (baseline) and the background article's design (article).
 // It is bounded: a fixed number of requests per scenario, a per-request
@@ -13,7 +14,9 @@
 //
 //	-dsn URL             PostgreSQL (default $IDEM_TEST_PG_DSN, else the
 //	                     local test database); a fresh schema per server,
-//	                     dropped at the end
+//	                     dropped at the end. Or mysql://user:pass@host:port/db
+//	                     (MySQL/MariaDB, mysqlstore; a fresh database per
+//	                     server; targets idem and baseline only)
 //	-requests 3000       measured requests per server and duplicate share,
 //	                     split over -rounds
 //	-rounds 3            alternating rounds: in each, every server in turn
@@ -63,6 +66,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -129,7 +133,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&cfg.dsn, "dsn", dsn, "PostgreSQL DSN")
+	fs.StringVar(&cfg.dsn, "dsn", dsn, "PostgreSQL DSN, or mysql://user:pass@host:port/db")
 	fs.IntVar(&cfg.requests, "requests", 3000, "measured requests per scenario")
 	fs.IntVar(&cfg.warmup, "warmup", 300, "unmeasured requests before a server's first scenario")
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "concurrent clients")
@@ -176,6 +180,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		default:
 			return cfg, fmt.Errorf("-logs: unknown %q (want default, off)", l)
 		}
+	}
+	if cfg.serve == "" && isMySQL(cfg.dsn) && slices.Contains(cfg.targets, "article") {
+		return cfg, errors.New("-targets article: the article's server is PostgreSQL-only; with a mysql:// DSN use -targets idem,baseline")
 	}
 	switch cfg.serve {
 	case "", "baseline", "article":

@@ -84,3 +84,18 @@ func TestLoadCountsReplays(t *testing.T) {
 		t.Errorf("percentiles: p50 %v p99 %v", r.p50, r.p99)
 	}
 }
+
+func TestWithParamsMySQL(t *testing.T) {
+	got, err := withParams("mysql://root:pw@127.0.0.1:3306/test?parseTime=true", "loadgen_x", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/loadgen_x?", "pool_max_conns=7", "parseTime=true", "root:pw@127.0.0.1:3306"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %s", got, want)
+		}
+	}
+	if _, err := parseFlags([]string{"-dsn", "mysql://root@127.0.0.1/test", "-targets", "idem,article"}, io.Discard); err == nil {
+		t.Error("-targets article accepted with a mysql:// DSN")
+	}
+}

@@ -41,6 +41,9 @@ var idleParams = map[string]string{"pool_max_conn_idle_time": "2s", "pool_health
 // withParams returns dsn with search_path, pool_max_conns and idleParams
 // set, in URL or key=value form.
 func withParams(dsn, schema string, pool int) (string, error) {
+	if isMySQL(dsn) {
+		return mysqlWithParams(dsn, schema, pool)
+	}
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -64,6 +67,9 @@ func withParams(dsn, schema string, pool int) (string, error) {
 
 // newSchema creates a fresh schema and returns it with a function dropping it.
 func newSchema(ctx context.Context, dsn string) (string, func(), error) {
+	if isMySQL(dsn) {
+		return newMySQLDatabase(ctx, dsn)
+	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("connect: %w", err)
@@ -219,17 +225,47 @@ func newChildLogger(format string, w io.Writer) *slog.Logger {
 // provider's charge, the booking) when logging is on.
 func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Duration, logFormat string, logOut io.Writer) error {
 	log := newChildLogger(logFormat, logOut)
+	// insertRow writes the ledger row (id, user_id, amount, currency,
+	// recipient, provider_charge_id) in one autocommit INSERT.
+	var (
+		insertRow func(ctx context.Context, args ...any) error
+		pool      *pgxpool.Pool
+		schema    string
+	)
+	if isMySQL(dsn) {
+		if kind == "article" {
+			return errors.New("the article's server is PostgreSQL-only; with a mysql:// DSN drive -targets idem,baseline")
+		}
+		ins, closeFn, err := mysqlLedger(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		insertRow = ins
+	} else {
+		var err error
+		if pool, schema, insertRow, err = pgLedger(ctx, dsn, kind); err != nil {
+			return err
+		}
+		defer pool.Close()
+	}
+	return serveBook(ctx, kind, addr, latency, log, logOut, insertRow, pool, schema)
+}
+
+// pgLedger opens the pool, creates the ledger table (and the article's
+// table for kind "article") in the DSN's search_path schema, and returns
+// the ledger insert.
+func pgLedger(ctx context.Context, dsn, kind string) (*pgxpool.Pool, string, func(ctx context.Context, args ...any) error, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return err
+		return nil, "", nil, err
 	}
 	schema, _, _ := strings.Cut(pcfg.ConnConfig.RuntimeParams["search_path"], ",")
 	schema = strings.TrimSpace(schema)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return err
+		return nil, "", nil, err
 	}
-	defer pool.Close()
 	table := pgx.Identifier{schema, "payments"}.Sanitize()
 	ddl := []string{`CREATE TABLE IF NOT EXISTS ` + table + ` (
 	id                 text        PRIMARY KEY,
@@ -245,10 +281,21 @@ func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Durati
 	}
 	for _, q := range ddl {
 		if _, err := pool.Exec(ctx, q); err != nil {
-			return err
+			pool.Close()
+			return nil, "", nil, err
 		}
 	}
 	insert := `INSERT INTO ` + table + ` (id, user_id, amount, currency, recipient, provider_charge_id) VALUES ($1, $2, $3, $4, $5, $6)`
+	return pool, schema, func(ctx context.Context, args ...any) error {
+		_, err := pool.Exec(ctx, insert, args...)
+		return err
+	}, nil
+}
+
+// serveBook serves the child's endpoints until ctx ends; pool and schema
+// are the article store's (PostgreSQL only).
+func serveBook(ctx context.Context, kind, addr string, latency time.Duration, log *slog.Logger, logOut io.Writer,
+	insertRow func(ctx context.Context, args ...any) error, pool *pgxpool.Pool, schema string) error {
 
 	// book is the business logic: the provider call (simulated), then the
 	// ledger row in one autocommit INSERT with a random ID.
@@ -272,7 +319,7 @@ func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Durati
 			ProviderChargeID string `json:"provider_charge_id"`
 		}{"pay_" + hex.EncodeToString(b[:]), in.Amount, in.Currency, in.To, "ch_" + hex.EncodeToString(b[:])}
 		log.InfoContext(ctx, "provider: card charged", "charge", p.ProviderChargeID, "amount", p.Amount, "currency", p.Currency)
-		if _, err := pool.Exec(ctx, insert, p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID); err != nil {
+		if err := insertRow(ctx, p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID); err != nil {
 			return http.StatusInternalServerError, []byte(`{"status":500}`), err
 		}
 		log.InfoContext(ctx, "payment booked", "user", user, "payment", p.ID, "amount", p.Amount,

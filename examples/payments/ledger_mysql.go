@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -53,32 +50,10 @@ func mysqlConfig(dsn string) (*mysql.Config, int, error) {
 }
 
 func parseMySQLURL(dsn string) (*mysql.Config, error) {
-	u, err := url.Parse(dsn)
+	cfg, err := mysqlstore.ParseURL(dsn)
 	if err != nil {
-		return nil, errors.New("-dsn: not a mysql://user:pass@host:port/db URL")
+		return nil, fmt.Errorf("-dsn: %w", err)
 	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if u.Host == "" || db == "" || strings.Contains(db, "/") {
-		return nil, errors.New("-dsn: want mysql://user:pass@host:port/db (host and database required)")
-	}
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = "3306"
-	}
-	cfg := mysql.NewConfig()
-	if u.RawQuery != "" {
-		// Let the driver interpret its own parameters: parse them as a DSN.
-		parsed, err := mysql.ParseDSN("/" + url.PathEscape(db) + "?" + u.RawQuery)
-		if err != nil {
-			return nil, fmt.Errorf("-dsn parameters: %w", err)
-		}
-		cfg = parsed
-	}
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.Net = "tcp"
-	cfg.Addr = net.JoinHostPort(host, port)
-	cfg.DBName = db
 	return cfg, nil
 }
 
