@@ -166,7 +166,12 @@ func TestMetricsAndSpans(t *testing.T) {
 		}
 		replayed <- d.Outcome
 	}()
-	time.Sleep(150 * time.Millisecond)
+	// Commit once the duplicate is waiting (a loaded machine may take a while).
+	for start := time.Now(); sum(r.collect(t), "idem.waits") == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the duplicate never started waiting")
+		}
+	}
 	if err := eng.Commit(context.Background(), owner, core.Response{Status: 200}); err != nil {
 		t.Fatal(err)
 	}

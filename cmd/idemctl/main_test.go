@@ -261,7 +261,7 @@ func TestSweepMaintain(t *testing.T) { backends(t, testSweepMaintain) }
 func testSweepMaintain(t *testing.T, c ctl, st core.Store) {
 	ctx := context.Background()
 	for _, k := range []string{"a-" + sentinel, "b-" + sentinel} {
-		f := claim(t, st, "u1", k, 100*time.Millisecond, 200*time.Millisecond)
+		f := claim(t, st, "u1", k, 100*time.Millisecond, 3*time.Second)
 		if err := st.Complete(ctx, f, core.StoredResponse{Status: 200}); err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func testSweepMaintain(t *testing.T, c ctl, st core.Store) {
 	if r := c.run("sweep", "-margin", "0s"); r.code != exitOK || !strings.Contains(r.stdout, "deleted 0") {
 		t.Errorf("sweep before expiry: %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(3200 * time.Millisecond) // past the 3s retention; long enough that a loaded machine does not expire them before the first sweep
 	var out map[string]int
 	c.json(&out, "sweep", "-margin", "1h")
 	if out["deleted"] != 0 {
