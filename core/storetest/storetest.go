@@ -820,8 +820,13 @@ func testAliasComplete(t *testing.T, s core.Store) {
 // modify a response it handed out: when the key expires and is completed
 // anew with another response, what earlier callers hold is unchanged.
 func testHandedOutStaysPut(t *testing.T, s core.Store) {
+	// The replay claim below must land before the record expires: 100ms
+	// (shortRetention) lapsed first on a loaded 2-core CI machine, so this
+	// case keeps its record for a second and sleeps past it.
+	const retention = time.Second
 	req := newReq()
-	req.Lease, req.Retention = longLease, shortRetention
+	req.Lease, req.Retention = longLease, retention
+	start := time.Now()
 	res := claimNew(t, s, req)
 	require.NoError(t, s.Complete(t.Context(), fence(res.Record), sampleResponse()))
 	got := get(t, s, req.Scope, req.Key)
@@ -829,7 +834,7 @@ func testHandedOutStaysPut(t *testing.T, s core.Store) {
 	require.False(t, replay.Claimed, "Claim of a completed key")
 	require.NotNil(t, replay.Record.Response, "replay's response")
 
-	time.Sleep(lapse) // the key is new again
+	time.Sleep(time.Until(start.Add(retention)) + lapse) // the key is new again
 	req.Retention = longRetention
 	again := claimNew(t, s, req)
 	other := core.StoredResponse{
