@@ -82,17 +82,8 @@ func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
 
 // stepStoreOf finds the StepStore behind s, looking through decorators.
 func stepStoreOf(s Store) StepStore {
-	for range 8 { // bounded: a decorator cycle must not hang
-		if ss, ok := s.(StepStore); ok {
-			return ss
-		}
-		u, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			return nil
-		}
-		s = u.Unwrap()
-	}
-	return nil
+	ss, _ := StoreAs[StepStore](s)
+	return ss
 }
 
 // WithStepsRequired makes New refuse a store that does not keep steps

@@ -163,3 +163,24 @@ type Watcher interface {
 	// watch. Spurious wake-ups are allowed; missed ones are not.
 	Watch(ctx context.Context, scope, key string) (<-chan struct{}, func())
 }
+
+// StoreAs finds the store of type T in s or behind the decorators wrapping
+// it (metrics, tracing: a decorator exposes the store it wraps with an
+// Unwrap() Store method, as otelidem's does). Stores use it to find
+// themselves behind such wrappers, and the engine to find optional
+// capabilities. The chain is followed at most 8 deep, so a decorator cycle
+// cannot hang a request.
+func StoreAs[T any](s Store) (T, bool) {
+	for range 8 {
+		if v, ok := s.(T); ok {
+			return v, true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}

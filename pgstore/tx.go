@@ -103,21 +103,10 @@ func Tx(ctx context.Context) (pgx.Tx, error) {
 }
 
 // storeOf returns the *Store that granted lease, looking through store
-// decorators (metrics, tracing) that expose the store they wrap with
-// Unwrap() core.Store, or nil.
+// decorators (metrics, tracing), or nil.
 func storeOf(lease *core.Lease) *Store {
-	st := lease.Store()
-	for range 8 { // bounded: a decorator cycle must not hang
-		switch v := st.(type) {
-		case *Store:
-			return v
-		case interface{ Unwrap() core.Store }:
-			st = v.Unwrap()
-		default:
-			return nil
-		}
-	}
-	return nil
+	s, _ := core.StoreAs[*Store](lease.Store())
+	return s
 }
 
 func attachState(lease *core.Lease) *txState {
