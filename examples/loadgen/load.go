@@ -225,6 +225,12 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 		return err
 	}
 
+	room, err := newRoomWaiter(ctx, cfg.dsn)
+	if err != nil {
+		return err
+	}
+	defer room.close()
+
 	var servers []*server
 	for _, l := range cfg.logs {
 		for _, t := range cfg.targets {
@@ -270,6 +276,9 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 		}
 		s.d = newDriver(s.c.base, cfg.concurrency)
 		if cfg.warmup > 0 {
+			if err := room.wait(ctx, s.pool); err != nil {
+				return err
+			}
 			if _, err := s.d.load(ctx, cfg.warmup, cfg.concurrency, 0, 99); err != nil {
 				return err
 			}
@@ -293,8 +302,11 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 				s := in[i]
 				fmt.Fprintf(logw, "loadgen: dup=%d%% round %d/%d: %s, logging %s, pool %d: %d requests, %d clients\n",
 					dup, round+1, cfg.rounds, s.target, s.logging, s.pool, per, cfg.concurrency)
-				// Unmeasured: reconnect the pool (idle pools close) and
-				// warm its statements.
+				// Unmeasured: wait for room for its pool, reconnect the
+				// pool (idle pools close) and warm its statements.
+				if err := room.wait(ctx, s.pool); err != nil {
+					return err
+				}
 				if _, err := s.d.load(ctx, warm, cfg.concurrency, dup, uint64(1000+round)); err != nil {
 					return err
 				}

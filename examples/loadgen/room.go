@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// roomWaiter keeps the servers that are not being driven from starving the
+// one that is: every server starts up front with its own pool, and idle pools
+// close only after pool_max_conn_idle_time (idleParams), so on a fast box the
+// previous server's connections are still open when the next one warms up.
+// Six servers of 16 connections exceed PostgreSQL's default max_connections
+// (100), and the driven server then answers "too many clients" as 500/503.
+// Before each server is driven, wait (unmeasured) until the database has room
+// for its whole pool.
+type roomWaiter struct {
+	conn *pgx.Conn
+	max  int
+}
+
+func newRoomWaiter(ctx context.Context, dsn string) (*roomWaiter, error) {
+	if isMySQL(dsn) {
+		return nil, nil // not checked on MySQL: its pools are polled by database/sql and its default max_connections is 151
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	var maxConns, reserved int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int`).Scan(&maxConns, &reserved); err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("max_connections: %w", err)
+	}
+	return &roomWaiter{conn: conn, max: maxConns - reserved}, nil
+}
+
+// wait returns once pool more connections fit, or after 10 s (then the run
+// goes on, and errors, if any, show in the report's "other" column).
+func (w *roomWaiter) wait(ctx context.Context, pool int) error {
+	if w == nil {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var used int
+		if err := w.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&used); err != nil {
+			return fmt.Errorf("count connections: %w", err)
+		}
+		if used+pool <= w.max || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (w *roomWaiter) close() {
+	if w != nil {
+		_ = w.conn.Close(context.Background())
+	}
+}
