@@ -4,13 +4,18 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
+.PHONY: test services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
-## when they are installed but not answering (scripts/services.sh; see README)
-test: services
+## when they are installed but not answering (scripts/services.sh; see README), installs
+## pgbouncer if absent, and runs the topology tests too (PgBouncer, primary failover: ~30 s)
+test: services pgbouncer
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+## pgbouncer: Debian's pgbouncer, for internal/topology (installed if absent)
+pgbouncer:
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || (apt-get update && apt-get install -y pgbouncer)
 
 ## services: make sure PostgreSQL and MariaDB answer (start them if installed, else say how to install)
 services:
@@ -91,8 +96,7 @@ race-demo:
 
 ## test-pgbouncer: examples/payments through PgBouncer in transaction pooling (installs
 ## Debian's pgbouncer if absent; runs it as the postgres user on 127.0.0.1:15901)
-test-pgbouncer:
-	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || (apt-get update && apt-get install -y pgbouncer)
+test-pgbouncer: pgbouncer
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 5m -run '^TestPgBouncer$$' -v ./internal/topology
 
 ## test-failover: a private primary + streaming standby (ports 15910-15913, as the postgres

@@ -226,7 +226,7 @@ func pgBin(t *testing.T, name string) string {
 }
 
 // requireTopology: these tests start their own servers and take tens of
-// seconds; they run from their make targets (IDEM_TEST_TOPOLOGY=1).
+// seconds; `make test` and their make targets run them (IDEM_TEST_TOPOLOGY=1).
 func requireTopology(t *testing.T, target string) {
 	if os.Getenv("IDEM_TEST_TOPOLOGY") == "" {
 		t.Skipf("set IDEM_TEST_TOPOLOGY=1 (make %s) to run it", target)
