@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -86,4 +87,21 @@ type Admin interface {
 	Sweep(ctx context.Context, batch int) (int, error)
 	// Maintain runs all the store's retention work.
 	Maintain(ctx context.Context) error
+}
+
+// ReleaseRefused explains why a fenced Release of f matched nothing, from
+// the record as read right after it (r; err is that read's error): gone
+// (ErrNotFound), still owned by a live lease (ErrLeaseLive, when live is
+// false), or taken over or finished since f was read (ErrLeaseLost). Stores
+// share it so idemctl sees the same answer from each; they add their name.
+func ReleaseRefused(r AdminRecord, err error, f Fence, live bool) error {
+	switch {
+	case err != nil:
+		return err
+	case r.Token == f.Token && r.Status == StatusProcessing && !live && r.LockedUntil.After(r.Now):
+		return fmt.Errorf("lease runs %v more: %w", r.LockedUntil.Sub(r.Now).Round(time.Millisecond), ErrLeaseLive)
+	default:
+		return fmt.Errorf("record is %s under token %d, not processing under token %d: %w",
+			r.Status, r.Token, f.Token, ErrLeaseLost)
+	}
 }

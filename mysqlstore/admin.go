@@ -107,17 +107,7 @@ func (s *Store) Release(ctx context.Context, f core.Fence, live bool) error {
 		return nil
 	}
 	r, err := s.Inspect(ctx, f.Scope, f.Key)
-	switch {
-	case errors.Is(err, core.ErrNotFound):
-		return fmt.Errorf("mysqlstore: release: %w", core.ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("mysqlstore: release: %w", err)
-	case r.Token == f.Token && r.Status == core.StatusProcessing && !live && r.LockedUntil.After(r.Now):
-		return fmt.Errorf("mysqlstore: release: lease runs %v more: %w", r.LockedUntil.Sub(r.Now).Round(time.Millisecond), core.ErrLeaseLive)
-	default:
-		return fmt.Errorf("mysqlstore: release: record is %s under token %d, not processing under token %d: %w",
-			r.Status, r.Token, f.Token, core.ErrLeaseLost)
-	}
+	return fmt.Errorf("mysqlstore: release: %w", core.ReleaseRefused(r, err, f, live))
 }
 
 // Stats implements core.Admin. The clock, then one aggregate SELECT (a

@@ -4,8 +4,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
+
+	"github.com/idemkit/idem/internal/sqlident"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -68,29 +69,13 @@ func newConfig(opts []Option) (config, error) {
 		}
 	}
 	errs := c.errs
-	if err := validIdent("table", c.table, maxTableLen); err != nil {
+	if err := sqlident.Valid("table", c.table, maxTableLen); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return config{}, fmt.Errorf("mysqlstore: invalid options: %w", err)
 	}
 	return c, nil
-}
-
-// identRE keeps derived names predictable: names are quoted with backticks
-// anyway, but odd characters would make them hard to grep and to type.
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-func validIdent(what, name string, maxLen int) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%s name is empty", what)
-	case len(name) > maxLen:
-		return fmt.Errorf("%s name %q is longer than %d bytes", what, name, maxLen)
-	case !identRE.MatchString(name):
-		return fmt.Errorf("%s name %q must match %s", what, name, identRE)
-	}
-	return nil
 }
 
 // WithTable sets the name of the records table, and the prefix of every

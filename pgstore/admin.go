@@ -110,17 +110,7 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'`
 		return nil
 	}
 	r, err := s.Inspect(ctx, f.Scope, f.Key)
-	switch {
-	case errors.Is(err, core.ErrNotFound):
-		return fmt.Errorf("pgstore: release: %w", core.ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("pgstore: release: %w", err)
-	case r.Token == f.Token && r.Status == core.StatusProcessing && !live && r.LockedUntil.After(r.Now):
-		return fmt.Errorf("pgstore: release: lease runs %v more: %w", r.LockedUntil.Sub(r.Now).Round(time.Millisecond), core.ErrLeaseLive)
-	default:
-		return fmt.Errorf("pgstore: release: record is %s under token %d, not processing under token %d: %w",
-			r.Status, r.Token, f.Token, core.ErrLeaseLost)
-	}
+	return fmt.Errorf("pgstore: release: %w", core.ReleaseRefused(r, err, f, live))
 }
 
 // Stats implements core.Admin. One aggregate SELECT over the claim table.

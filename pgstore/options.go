@@ -3,11 +3,12 @@ package pgstore
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/sqlident"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -74,33 +75,16 @@ func newConfig(opts []Option) (config, error) {
 		}
 	}
 	errs := c.errs
-	if err := validIdent("schema", c.schema, maxSchemaLen); err != nil {
+	if err := sqlident.Valid("schema", c.schema, maxSchemaLen); err != nil {
 		errs = append(errs, err)
 	}
-	if err := validIdent("table", c.table, maxTableLen); err != nil {
+	if err := sqlident.Valid("table", c.table, maxTableLen); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return config{}, fmt.Errorf("pgstore: invalid options: %w", err)
 	}
 	return c, nil
-}
-
-// identRE is deliberately stricter than PostgreSQL: names are quoted with
-// pgx.Identifier.Sanitize anyway, but refusing odd characters keeps derived
-// names (partitions, sequence, index) predictable and greppable.
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-func validIdent(what, name string, maxLen int) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%s name is empty", what)
-	case len(name) > maxLen:
-		return fmt.Errorf("%s name %q is longer than %d bytes", what, name, maxLen)
-	case !identRE.MatchString(name):
-		return fmt.Errorf("%s name %q must match %s", what, name, identRE)
-	}
-	return nil
 }
 
 // WithSchema sets the PostgreSQL schema holding the store's tables.
