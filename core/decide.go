@@ -28,6 +28,13 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		// already owned; claiming again would only refuse ourselves.
 		return e.bypass(route), nil
 	}
+	if req.NoRoute != nil && req.NoRoute() {
+		// No route matches (idem mounted globally, a scanner's path): the
+		// framework's own 404 or 405 goes out; no key is required and no
+		// record is written for a path nobody serves. The raw path is not
+		// a route: the event carries none.
+		return e.bypass(""), nil
+	}
 	key, err := ParseKey(req.values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
@@ -50,11 +57,19 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		body     []byte
 		tooLarge bool
 	)
-	read := req.BodyBytes == nil
+	inMemory := req.BodyBytes
+	if req.BodyBytesFunc != nil {
+		// Asked only now, after every check above: nothing is read for a
+		// request refused or let through.
+		if inMemory = req.BodyBytesFunc(); inMemory == nil {
+			inMemory = []byte{}
+		}
+	}
+	read := inMemory == nil
 	if read {
 		body, tooLarge, err = readBody(req.Body, e.cfg.maxRequest)
 	} else {
-		body, tooLarge = req.BodyBytes, int64(len(req.BodyBytes)) > e.cfg.maxRequest
+		body, tooLarge = inMemory, int64(len(inMemory)) > e.cfg.maxRequest
 	}
 	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
 		return e.reject(ctx, route, ProblemBodyTooLarge, "the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes", nil), nil
@@ -265,6 +280,12 @@ func (e *Engine) reject(ctx context.Context, route, problem, detail string, caus
 // identity, so a retry across the upgrade replays (or takes over a failed
 // record) instead of answering 422.
 func legacyClaim(claim ClaimRequest, rec Record, raw, target string, body []byte, req *Request, e *Engine) (ClaimRequest, bool) {
+	if rec.Route != raw {
+		// The previous release recorded ServeMux patterns unescaped
+		// ("POST /v1/things:batch"), which nethttpidem now escapes for
+		// CanonicalRoute ("POST /v1/things\:batch").
+		raw = unescapeRoute(raw)
+	}
 	if raw == claim.Route || rec.Route != raw || rec.Method != claim.Method {
 		return claim, false
 	}

@@ -81,6 +81,19 @@ type Request struct {
 	// is then nil and BodyRead false. Over the request limit it is refused
 	// (413) as a Body would be.
 	BodyBytes []byte
+	// BodyBytesFunc, when not nil, returns the whole body as received (not
+	// decoded: a gzip body is hashed compressed, as every adapter hashes
+	// the bytes on the wire), for frameworks that hold it in memory
+	// (fasthttp). Decide calls it only for a request it protects, after the
+	// method, route, key and scope checks, so nothing is read for a request
+	// it refuses or lets pass; it is then used as BodyBytes is.
+	BodyBytesFunc func() []byte
+	// NoRoute, when not nil, reports that no route of the application
+	// matches the request (the framework will answer 404 or 405 itself).
+	// Decide asks it only for a method it protects, before anything else:
+	// such a request is a Bypass, with nothing claimed or recorded and the
+	// body untouched. Adapters that cannot know leave it nil.
+	NoRoute func() bool
 	// Scope is the tenant, when the adapter knows it up front.
 	Scope string
 	// ScopeFunc, when set, is called instead (only for requests idem
