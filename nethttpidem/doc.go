@@ -3,7 +3,9 @@
 // the client side that adds and keeps an Idempotency-Key across retries.
 //
 // The middleware only translates: the request into a core.Request (route
-// from r.Pattern, in canonical form), the writer into a core.Recorder; the
+// from r.Pattern, or from the ServeMux it wraps, in canonical form; a
+// request no route matches passes to the mux untouched), the writer into a
+// core.Recorder; the
 // flow (decide, run, capture, commit, panics, failures) is core.Engine.Serve.
 // New fails without a scope function (WithScope) unless the engine opted
 // into core.WithSharedKeySpace.

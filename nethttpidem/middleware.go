@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/idemkit/idem/core"
@@ -27,7 +28,7 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error, fallba
 type config struct {
 	scope   func(*http.Request) (string, error)
 	skip    func(*http.Request) bool
-	route   func(*http.Request) string
+	route   func(*http.Request) string // nil: the default (defaultRoute)
 	onError ErrorHandler
 }
 
@@ -58,6 +59,7 @@ func WithSkip(f func(*http.Request) bool) Option {
 // fingerprint, in canonical form (core.CanonicalRoute). With chi, use
 // chi.RouteContext(r.Context()).RoutePattern(). Default: r.Pattern (set by
 // http.ServeMux for handlers it routed to; its method prefix is dropped),
+// or, around a whole *http.ServeMux, the pattern the mux will route to;
 // else r.URL.Path.
 func WithRoute(f func(*http.Request) string) Option {
 	return optionFunc(func(c *config) {
@@ -86,11 +88,44 @@ func defaultRoute(r *http.Request) string {
 	return r.URL.Path
 }
 
+// redirectType is the type of ServeMux's own redirects (/tree to /tree/,
+// unclean paths): answers of the mux, not of a route.
+var redirectType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
+
+// muxRoute finds what mux will do with r, as mux.ServeHTTP will: the
+// pattern that matches, or ok false when none does (the mux answers 404,
+// 405 or a redirect itself).
+func muxRoute(mux *http.ServeMux, r *http.Request) (pattern string, ok bool) {
+	h, pattern := mux.Handler(r)
+	if pattern == "" || reflect.TypeOf(h) == redirectType {
+		return "", false
+	}
+	return pattern, true
+}
+
+// noRoute is core.Request.NoRoute for a request known to match nothing.
+func noRoute() bool { return true }
+
 var muxEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`, `*`, `\*`)
 
 // New returns net/http middleware (chi-compatible) that runs next at most
-// once per (scope, key). Register it around the handlers themselves
-// (mux.Handle("POST /v1/payments", mw(h))) so r.Pattern gives the route.
+// once per (scope, key). Mount it one of two ways:
+//
+//   - around the handlers themselves (mux.Handle("POST /v1/payments",
+//     mw(h))), so r.Pattern gives the route and requests no pattern
+//     matches never reach it;
+//   - around a whole *http.ServeMux (http.ListenAndServe(addr, mw(mux))):
+//     the middleware asks the mux (ServeMux.Handler) which pattern will
+//     serve the request; a request none matches gets the mux's own 404,
+//     405 or redirect, untouched (no key required, nothing recorded).
+//
+// Around any other handler that routes (chi's router, a handler chain
+// ending in a mux), the middleware cannot know whether a route matches: it
+// protects every request it sees, under the path as its route, so a POST
+// to a path nothing serves answers 400 without a key and records one with
+// it. Mount it inside the router there (chi: r.With(mw).Post(...) or
+// r.Use inside a r.Route/r.Group, with WithRoute giving the pattern), or
+// skip unknown paths with WithSkip.
 //
 // It fails without a scope (WithScope, or core.WithScope on the engine)
 // unless the engine opted into core.WithSharedKeySpace, and with a nil
@@ -99,7 +134,7 @@ func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, err
 	if eng == nil {
 		return nil, errors.New("nethttpidem: engine is nil")
 	}
-	cfg := config{route: defaultRoute}
+	var cfg config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
@@ -109,12 +144,31 @@ func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, err
 		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
+		mux, _ := next.(*http.ServeMux) // wrapped around the whole mux
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if cfg.skip != nil && cfg.skip(r) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			req := core.Request{Method: r.Method, Route: cfg.route(r), Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body}
+			req := core.Request{Method: r.Method, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body}
+			switch {
+			case mux != nil:
+				pattern, ok := muxRoute(mux, r)
+				if !ok {
+					req.NoRoute = noRoute
+				}
+				if cfg.route != nil {
+					req.Route = cfg.route(r)
+				} else if ok {
+					req.Route = muxEscaper.Replace(pattern)
+				} else {
+					req.Route = r.URL.Path
+				}
+			case cfg.route != nil:
+				req.Route = cfg.route(r)
+			default:
+				req.Route = defaultRoute(r)
+			}
 			if cfg.scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return cfg.scope(r) }
 			}
