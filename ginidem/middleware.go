@@ -10,12 +10,8 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// gin's answers for unmatched routes (gin.go default404Body/default405Body),
-// which gin writes after the chain unless the chain wrote something.
-var (
-	notFoundBody         = []byte("404 page not found")
-	methodNotAllowedBody = []byte("405 method not allowed")
-)
+// noRoute is core.Request.NoRoute for a request no route matched.
+func noRoute() bool { return true }
 
 // New returns gin middleware that runs the rest of the chain at most once
 // per (scope, key):
@@ -23,8 +19,12 @@ var (
 //	idem, err := ginidem.New(eng, ginidem.WithScope(userID))
 //	r.POST("/v1/payments", idem, createPayment)
 //
-// The route template (c.FullPath(), or the path for unmatched routes) is part
-// of the request fingerprint, in canonical form (core.CanonicalRoute). A
+// It may also be registered with r.Use or Group.Use: a request no route
+// matches (c.FullPath() is "") then passes through to gin's own 404 or 405
+// untouched, with no key required and nothing recorded.
+//
+// The route template (c.FullPath()) is part of the request fingerprint, in
+// canonical form (core.CanonicalRoute). A
 // replay or a rejection is written with gin's writer and the chain is
 // aborted (c.Abort).
 //
@@ -48,11 +48,13 @@ func New(eng *core.Engine, opts ...Option) (gin.HandlerFunc, error) {
 		if cfg.skip != nil && cfg.skip(c) {
 			return
 		}
+		// FullPath is "" when no route matched: idem mounted with r.Use
+		// runs in gin's 404/405 chain too, which must stay gin's.
 		route := c.FullPath()
-		if route == "" {
-			route = c.Request.URL.Path
-		}
 		req := core.Request{Method: c.Request.Method, Route: route, Target: c.Request.URL.RequestURI(), Header: c.Request.Header, Body: c.Request.Body}
+		if route == "" {
+			req.NoRoute = noRoute
+		}
 		if cfg.scope != nil {
 			scope := cfg.scope
 			req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
@@ -106,12 +108,6 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 			x.w.WriteHeaderNow()
 		case len(c.Errors) > errs:
 			// Only c.Error, no response: the handler failed.
-		case c.FullPath() == "" && x.w.status == http.StatusNotFound:
-			x.w.Header()["Content-Type"] = []string{gin.MIMEPlain}
-			_, _ = x.w.Write(notFoundBody)
-		case c.FullPath() == "" && x.w.status == http.StatusMethodNotAllowed:
-			x.w.Header()["Content-Type"] = []string{gin.MIMEPlain}
-			_, _ = x.w.Write(methodNotAllowedBody)
 		}
 	}
 	if len(c.Errors) > errs {
