@@ -15,10 +15,12 @@
 // fingerprint, and Pre middleware runs before the router sets it (the
 // request path is used then).
 //
-// Registered with Echo#Use, the middleware also sees requests no route
-// matched (c.Path() is then ""): a POST to an unknown path without a key is
-// answered 400 (missing key) rather than 404. To leave those to Echo, pass
-// WithSkipper(func(c echo.Context) bool { return c.Path() == "" }).
+// Registered with Echo#Use or Group#Use, the middleware also runs for
+// requests no route serves (echo's 404 and 405, a RouteNotFound handler):
+// those pass through untouched, with no key required and nothing recorded.
+// It finds them by asking the router for a route of the request's method
+// at c.Path(); routes registered on a host router (Echo#Host) are looked
+// up on that host's router.
 //
 // How it fits Echo:
 //

@@ -75,7 +75,8 @@ func WithErrorHandler(h ErrorHandler) Option {
 // New returns Echo middleware that runs the next handler at most once per
 // (scope, key) and replays its response to retries. Register it with
 // Echo#Use, Group#Use or on routes (not Echo#Pre: see the package
-// documentation). The route template (c.Path()) is part of the fingerprint,
+// documentation). A request no route serves passes through to echo's own
+// 404 or 405 (or a RouteNotFound handler) untouched. The route template (c.Path()) is part of the fingerprint,
 // in canonical form (core.CanonicalRoute).
 //
 // It fails without a scope (WithScope, or core.WithScope on the engine)
@@ -104,7 +105,8 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 			if route == "" {
 				route = r.URL.Path
 			}
-			req := core.Request{Method: r.Method, Route: route, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body}
+			req := core.Request{Method: r.Method, Route: route, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body,
+				NoRoute: func() bool { return !routed(c) }}
 			if r.Body != nil && r.Body != http.NoBody {
 				req.Body = bodyLimitReader{r.Body}
 			}
@@ -114,6 +116,35 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 			return eng.Serve(r.Context(), req, &exchange{c: c, next: next, onError: cfg.onError})
 		}
 	}, nil
+}
+
+// routed reports whether a route serves c's request: the router holds one
+// for the request's method at c.Path(). For a request no route serves, echo
+// runs the middleware of e.Use (and of Group.Use, through the group's
+// catch-all RouteNotFound routes) around its NotFoundHandler,
+// MethodNotAllowedHandler or a RouteNotFound handler, with c.Path() the
+// nearest registered path, or "". Asked only for requests idem protects:
+// it walks the router's routes.
+func routed(c echo.Context) bool {
+	path := c.Path()
+	if path == "" {
+		return false
+	}
+	e := c.Echo()
+	if e == nil {
+		return true // a context made without an Echo: no router to ask
+	}
+	router := e.Router()
+	if hr, ok := e.Routers()[c.Request().Host]; ok {
+		router = hr
+	}
+	method := c.Request().Method
+	for _, rt := range router.Routes() {
+		if rt.Method == method && rt.Path == path {
+			return true
+		}
+	}
+	return false
 }
 
 // bodyLimitReader reports Echo's BodyLimit overflow (middleware.BodyLimit
