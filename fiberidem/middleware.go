@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -22,8 +24,18 @@ import (
 //	app.Post("/v1/payments", idem, createPayment)
 //
 // It may also be registered with app.Use or Group.Use; see WithRoute for
-// how the route is then found. The route is part of the fingerprint, in
+// how the route is then found. fiber runs such middleware before routing,
+// so idem then matches the request against the app's routes itself
+// (fiber.RoutePatternMatch over app.Stack(), for protected methods only):
+// a request no route serves passes through to fiber's own 404 or 405
+// untouched, with no key required and nothing recorded. Mounting on the
+// routes (or on a Group's routes: grp.Post(path, idem, h)) needs no such
+// lookup and is cheaper. The route is part of the fingerprint, in
 // canonical form (core.CanonicalRoute).
+//
+// The request body is fingerprinted as received (a gzip body compressed,
+// as the other adapters hash it), read only for a request idem protects
+// and only after its method, key and scope checks.
 //
 // For a request idem lets proceed, the handler runs with c.UserContext()
 // carrying the lease (core.KeyFromContext, core.RelayKey, pgstore.Tx); its
@@ -82,6 +94,57 @@ func defaultRoute(c *fiber.Ctx) string {
 	return strings.Clone(path)
 }
 
+// useField is the index of fiber.Route's unexported "use" flag (a route
+// registered with app.Use, Group.Use or app.Mount: a path prefix, not a
+// route), which fiber exposes no other way (GetRoutes(true) copies every
+// route). nil if a fiber release renames it: every route then counts as a
+// route, as before issue 19 (requests are protected, never let through).
+var useField = func() []int {
+	f, ok := reflect.TypeFor[fiber.Route]().FieldByName("use")
+	if !ok || f.Type.Kind() != reflect.Bool {
+		return nil
+	}
+	return f.Index
+}()
+
+func isUse(r *fiber.Route) bool {
+	return useField != nil && reflect.ValueOf(r).Elem().FieldByIndex(useField).Bool()
+}
+
+// routed reports whether a route (not a Use prefix) of c's app matches the
+// request's method and path, as fiber's router will find it: fiber runs a
+// middleware registered with app.Use before routing, and answers 404 or
+// 405 only once the chain finds no route. fiber.RoutePatternMatch is the
+// router's own matching; the path is prepared as fiber prepares it
+// (trailing slashes dropped unless StrictRouting). Asked only for requests
+// idem protects: it walks the method's routes.
+func routed(c *fiber.Ctx) bool {
+	app := c.App()
+	cfg := app.Config()
+	methods := cfg.RequestMethods
+	if len(methods) == 0 {
+		methods = fiber.DefaultMethods
+	}
+	stack := app.Stack()
+	path := c.Path()
+	if !cfg.StrictRouting && len(path) > 1 {
+		if path = strings.TrimRight(path, "/"); path == "" {
+			path = "/"
+		}
+	}
+	for i, m := range methods {
+		if m != c.Method() || i >= len(stack) {
+			continue
+		}
+		for _, r := range stack[i] {
+			if !isUse(r) && fiber.RoutePatternMatch(path, r.Path, cfg) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func segments(p string) int {
 	p = strings.Trim(p, "/")
 	if p == "" {
@@ -108,11 +171,25 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		// Read on demand: only the headers the engine needs are copied.
 		HeaderReader: (*requestHeaders)(&c.Request().Header),
 	}
-	// Hashed in place: Decide keeps no reference to BodyBytes, and the
-	// handler reads the body from fiber as usual.
-	req.BodyBytes = c.Body()
-	if req.BodyBytes == nil {
-		req.BodyBytes = []byte{} // nil would mean "read Body"
+	if r := c.Route(); r == nil || isUse(r) || len(r.Handlers) == 0 {
+		// Registered with app.Use or Group.Use: fiber runs it before
+		// routing, for paths no route serves too.
+		req.NoRoute = func() bool { return !routed(c) }
+	}
+	var stream *streamBody
+	if c.Request().IsBodyStream() {
+		// fiber.Config.StreamRequestBody: read by the engine up to its
+		// limit, and given back to the handler (Next).
+		stream = &streamBody{r: c.Request().BodyStream()}
+		req.Body = stream
+	} else {
+		// The body as received, never c.Body(), which inflates a gzip,
+		// deflate or brotli body without bound: every adapter fingerprints
+		// the bytes on the wire, and the engine asks for them only for a
+		// request it protects, once the method, key and scope checks pass.
+		// Hashed in place: Decide keeps no reference, and the handler reads
+		// the body from fiber as usual (c.Body() decoding it then).
+		req.BodyBytesFunc = c.Request().Body
 	}
 	if m.cfg.scope != nil {
 		scope := m.cfg.scope
@@ -123,10 +200,31 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	}
 	x := &exchange{m: m, c: c}
 	err := m.eng.Serve(c.UserContext(), req, x)
+	if stream != nil && stream.started && !stream.done {
+		// Refused part-way (over the limit, unreadable): the rest of the
+		// body is still on the connection, which cannot carry another
+		// request.
+		c.Context().SetConnectionClose()
+	}
 	if x.saved != nil {
 		headerPool.Put(x.saved)
 	}
 	return err
+}
+
+// streamBody tells whether a streamed request body was read to its end.
+type streamBody struct {
+	r             io.Reader
+	started, done bool
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	b.started = true
+	n, err := b.r.Read(p)
+	if err == io.EOF { //nolint:errorlint // io.EOF is returned unwrapped
+		b.done = true
+	}
+	return n, err
 }
 
 // exchange translates one request for core.Engine.Serve.
@@ -140,6 +238,9 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	c := x.c
 	if d == nil {
 		return c.Next()
+	}
+	if d.BodyRead {
+		c.Request().SetBodyRaw(d.Body) // the stream the engine read
 	}
 	parent := c.UserContext()
 	c.SetUserContext(ctx)
