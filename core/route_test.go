@@ -174,3 +174,39 @@ func TestLegacyRouteRecord(t *testing.T) {
 		t.Fatalf("legacy record, other body: %v %q, want 422", d.Outcome, d.Problem)
 	}
 }
+
+// TestLegacyEscapedRouteRecord: nethttpidem escapes the ':' and '*' of a
+// ServeMux pattern ("POST /v1/things\:batch"); the release before canonical
+// routes recorded the pattern as written. That record replays; one of
+// another route is still a mismatch.
+func TestLegacyEscapedRouteRecord(t *testing.T) {
+	store := memstore.New()
+	eng, err := core.New(store, core.WithSharedKeySpace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	seed := func(key, route string) {
+		res, err := store.Claim(ctx, core.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
+			Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: route, Target: "/v1/things:batch", Body: []byte("{}")}),
+			Lease:       time.Second, Retention: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatal(res, err)
+		}
+		if err := store.Complete(ctx, core.Fence{Scope: "u", Key: key, Token: res.Record.Token}, core.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed("old", "POST /v1/things:batch")
+	seed("other", "POST /v1/other:batch")
+	req := func(key string) core.Request {
+		return core.Request{Method: "POST", Route: `POST /v1/things\:batch`, Target: "/v1/things:batch", Scope: "u",
+			Header: http.Header{"Idempotency-Key": {key}}, Body: strings.NewReader("{}")}
+	}
+	if d, err := eng.Decide(ctx, req("old")); err != nil || d.Outcome != core.Replay || string(d.Response.Body) != "old" {
+		t.Fatalf("legacy record of an escaped pattern: %v %v %q, want the replay", d.Outcome, err, d.Problem)
+	}
+	if d, _ := eng.Decide(ctx, req("other")); d.Outcome != core.Reject || d.Problem != core.ProblemPayloadMismatch {
+		t.Fatalf("legacy record of another route: %v %q, want 422", d.Outcome, d.Problem)
+	}
+}

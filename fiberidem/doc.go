@@ -22,7 +22,17 @@
 //     *fiber.Ctx after the handler returns.
 //   - The route in the fingerprint is c.Route().Path when idem is mounted on
 //     the route, and the request path when it is registered with app.Use
-//     (see WithRoute).
+//     (see WithRoute). Registered with app.Use or Group.Use, idem runs
+//     before fiber routes the request; it matches the path against the
+//     app's routes itself (fiber.RoutePatternMatch), and a request no route
+//     serves goes on to fiber's own 404 or 405 untouched.
+//   - The body is fingerprinted as received (c.Request().Body()): a body
+//     sent with Content-Encoding: gzip, deflate or br is hashed compressed,
+//     as the other adapters hash it, and never inflated by idem (c.Body()
+//     would inflate it without bound). It is read only for a request idem
+//     protects, after the method, route, key and scope checks. The handler
+//     reads it with c.Body() as usual. With fiber.Config.StreamRequestBody
+//     the stream is read up to core.WithMaxRequestBytes and handed back.
 //   - The handler's context is c.UserContext(), which carries the lease;
 //     the previous user context is restored when the handler returns.
 //   - An error returned by the handler is rendered by the app's error

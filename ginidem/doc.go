@@ -18,8 +18,9 @@
 //	idem, err := ginidem.New(eng, ginidem.WithScope(userFrom)) // required: records are per tenant
 //	r.POST("/v1/payments", auth, idem, createPayment)
 //
-// It may also be installed with r.Use; unmatched routes are then protected
-// under their path, and gin's own 404/405 answers are recorded like any other.
+// It may also be installed with r.Use: gin then runs it for requests no
+// route matched too (c.FullPath() is ""), which pass through to gin's own
+// 404/405 untouched, with no key required and nothing recorded.
 //
 // The request context (c.Request.Context()) carries the lease while the chain
 // runs: core.KeyFromContext and core.RelayKey read it, and pgstore.Tx finds

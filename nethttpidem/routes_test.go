@@ -162,8 +162,10 @@ func TestWrappedMuxLeavesUnknownPathsAlone(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, _ *http.Request) {})
+	mux.HandleFunc("POST /v1/dir/", func(w http.ResponseWriter, _ *http.Request) { runs.Add(1) })
 	srv := httptest.NewServer(mw(mux))
 	defer srv.Close()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	for _, key := range []string{"", "k-unknown"} {
 		if s, b, _ := postKey(t, srv.URL+"/nope", key, "{}"); s != http.StatusNotFound {
@@ -171,6 +173,19 @@ func TestWrappedMuxLeavesUnknownPathsAlone(t *testing.T) {
 		}
 		if s, b, _ := postKey(t, srv.URL+"/v1/list", key, "{}"); s != http.StatusMethodNotAllowed {
 			t.Errorf("POST /v1/list key=%q: %d %q, want the mux's 405", key, s, b)
+		}
+		// The mux's own redirect (/v1/dir to /v1/dir/) is not a route's answer.
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/dir", strings.NewReader("{}"))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusMovedPermanently {
+			t.Errorf("POST /v1/dir key=%q: %d, want the mux's redirect", key, resp.StatusCode)
 		}
 	}
 	if n := store.Len(); n != 0 {
