@@ -45,6 +45,14 @@ type Env struct {
 	// and Fail then run on that context, and Audit reads the ledger.
 	BusinessWrite func(ctx context.Context, f core.Fence) error
 	Audit         func(ctx context.Context, scope, key string) ([]int64, error)
+	// ClaimReadBack: the store's Claim commits its write and then reads
+	// the record back in a separate statement, so its answer may show a
+	// later write (an operator's Release, a lapse and another claim) and
+	// a claim that took the key may answer that it did not. Each Claim is
+	// then checked as two steps: the write (claimed as answered, or, when
+	// the answer is "not claimed", perhaps claimed under a token nobody
+	// saw) and a read of the record (mysqlstore: see TestMysqlstoreClaimReadBack).
+	ClaimReadBack bool
 	// Kill, when set, ends one of the store's own database connections at
 	// a random point of the history (pg_terminate_backend, KILL
 	// CONNECTION), so that calls in flight fail with an unknown outcome.
@@ -103,6 +111,9 @@ type Op struct {
 	Call   int64
 	Return int64
 	Err    string `json:",omitempty"` // the store's error, for the reader
+	// ReadBack: a Claim of a store whose answer is read after its write
+	// committed (Env.ClaimReadBack); checked as the write and a later read.
+	ReadBack bool `json:",omitempty"`
 }
 
 // Failure is a history the model rejected.
@@ -201,22 +212,41 @@ func Check(ops []Op, timeout time.Duration) (porcupine.CheckResult, porcupine.Li
 }
 
 func toPorcupine(ops []Op) []porcupine.Operation {
-	out := make([]porcupine.Operation, len(ops))
-	for i, op := range ops {
-		out[i] = porcupine.Operation{ClientId: op.Client, Input: op.In, Output: op.Out, Call: op.Call, Return: op.Return, Metadata: op.Err}
+	out := make([]porcupine.Operation, 0, len(ops))
+	add := func(op Op, in Input, o Output) {
+		out = append(out, porcupine.Operation{ClientId: op.Client, Input: in, Output: o, Call: op.Call, Return: op.Return, Metadata: op.Err})
+	}
+	for _, op := range ops {
+		if !op.ReadBack || op.Out.Res != OK {
+			add(op, op.In, op.Out)
+			continue
+		}
+		// The write: perhaps a claim nobody saw (the procedure may run
+		// more than once), and the claim answered, if any; then the read.
+		add(op, op.In, Output{Res: Unknown})
+		if op.Out.Claimed {
+			add(op, op.In, Output{Res: OK, Claimed: true, Fresh: op.Out.Fresh,
+				Rec: View{Status: core.StatusProcessing, Tok: op.Out.Rec.Tok, FP: op.In.FP}})
+		}
+		add(op, Input{Kind: Get, Key: op.In.Key}, Output{Res: OK, Rec: op.Out.Rec})
 	}
 	return out
 }
 
 // Report fails tb for each failure, writing its visualization and its
-// history (JSON, for a regression test under testdata/) under tb.TempDir()
-// and printing both paths.
+// history (JSON, for a regression test under testdata/) to a new directory
+// under the system's temporary directory, and printing both paths. Not
+// tb.TempDir(): that is removed when the test ends, and these files are
+// for reading afterwards.
 func Report(tb testing.TB, name string, fails []Failure) {
 	tb.Helper()
 	if len(fails) == 0 {
 		return
 	}
-	dir := tb.TempDir()
+	dir, err := os.MkdirTemp("", "idem-model-")
+	if err != nil {
+		tb.Fatalf("report: %v", err)
+	}
 	for _, f := range fails {
 		base := filepath.Join(dir, fmt.Sprintf("%s-history%d", name, f.History))
 		if err := porcupine.VisualizePath(Model(), f.Info, base+".html"); err != nil {
@@ -447,6 +477,9 @@ func (c *client) claim() {
 		}
 		return Output{Res: OK, Claimed: res.Claimed, Fresh: res.Fresh, Rec: view(res.Record)}, nil
 	})
+	if c.env.ClaimReadBack {
+		c.ops[len(c.ops)-1].ReadBack = true
+	}
 	if out.Res == OK && out.Claimed {
 		c.lease = &core.Fence{Scope: c.env.Scope, Key: c.key(k), Token: out.Rec.Tok}
 		if c.chance(50) {
