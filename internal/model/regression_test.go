@@ -54,3 +54,19 @@ func TestMysqlstoreClaimReadBack(t *testing.T) {
 		}
 	}
 }
+
+// TestPgstoreClaimOvertakenHistories keeps the histories in which the
+// model caught pgstore answering "not claimed" with a record the claim
+// could take over (see TestPgstoreClaimOvertaken, which reproduces it
+// deterministically): the model must go on rejecting them.
+func TestPgstoreClaimOvertakenHistories(t *testing.T) {
+	files, err := filepath.Glob("testdata/pgstore-claim-overtaken-*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no saved histories: %v", err)
+	}
+	for _, f := range files {
+		if res, _ := Check(loadHistory(t, f), time.Minute); res != porcupine.Illegal {
+			t.Errorf("%s: %s, want %s", f, res, porcupine.Illegal)
+		}
+	}
+}

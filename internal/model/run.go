@@ -261,6 +261,37 @@ func Report(tb testing.TB, name string, fails []Failure) {
 		}
 		tb.Errorf("%s: history %d (%d calls) is not linearizable against the model: visualization %s.html, history %s.json",
 			name, f.History, len(f.Ops), base, base)
+		explain(tb, f.Ops)
+	}
+}
+
+// explain logs, for each key whose calls are not linearizable, the longest
+// order of its calls the model accepts: the violation is at the next call.
+func explain(tb testing.TB, ops []Op) {
+	tb.Helper()
+	for k := range MaxKeys {
+		var sub []Op
+		for _, op := range ops {
+			if op.In.Key == k {
+				sub = append(sub, op)
+			}
+		}
+		if len(sub) == 0 {
+			continue
+		}
+		res, info := Check(sub, time.Minute)
+		if res != porcupine.Illegal {
+			continue
+		}
+		for _, part := range info.PartialLinearizationsOperations() {
+			if len(part) == 0 {
+				continue
+			}
+			tb.Logf("key k%d: the longest order the model accepts (%d of %d calls); no call can come next:", k, len(part[0]), len(sub))
+			for _, op := range part[0] {
+				tb.Logf("  [%d,%d] client %d: %s", op.Call, op.Return, op.ClientId, Describe(op.Input.(Input), op.Output.(Output)))
+			}
+		}
 	}
 }
 
