@@ -99,6 +99,7 @@ WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 
 // killConfig is config with connection kills: about one call in 40 starts
 // one, at most 4 per history.
 func killConfig(t *testing.T, def int) Config {
+	t.Helper()
 	cfg := config(t, def)
 	cfg.KillEvery, cfg.MaxKills = 40, 4
 	return cfg
