@@ -31,6 +31,9 @@ func config(t *testing.T, def int) Config {
 func covered(t *testing.T, sum Summary, kills bool) {
 	t.Helper()
 	t.Log(sum.String())
+	if sum.Histories < 20 {
+		t.Logf("only %d histories (IDEM_MODEL_ITER): coverage not required", sum.Histories)
+	}
 	if sum.Undecided > 0 {
 		t.Errorf("%d of %d histories were not decided within the check timeout", sum.Undecided, sum.Histories)
 	}
@@ -65,7 +68,7 @@ func covered(t *testing.T, sum Summary, kills bool) {
 		}{"calls with an unknown outcome", unknown})
 	}
 	for _, c := range checks {
-		if c.n == 0 {
+		if c.n == 0 && sum.Histories >= 20 {
 			t.Errorf("the run exercised no %s: it proves nothing about them", c.what)
 		}
 	}

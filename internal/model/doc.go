@@ -25,10 +25,19 @@
 // outcome: the checker lets it take effect at any point after its call,
 // or never.
 //
-// The tests run the model against memstore, pgstore (plain and
-// transactional) and mysqlstore, with connection kills for the database
-// stores, and against deliberately broken stores to show the checker
-// catches them. IDEM_MODEL_ITER sets the number of histories per store
+// The tests run the model against memstore, pgstore and mysqlstore, each
+// database store plain and transactional (a ledger row written in the
+// lease's transaction, audited against the responses recorded), with
+// kills of the test's own database connections at random points, and
+// against deliberately broken stores to show the checker catches them.
+// A rejected history is written out (porcupine's visualization and the
+// history as JSON, for testdata/) and explained in the log.
+//
+// Environment: IDEM_MODEL_ITER sets the number of histories per store
 // (make model runs many more than make test); IDEM_MODEL_SEED replays a
-// seed's choices (not its interleaving).
+// seed's choices (not its interleaving); IDEM_MODEL_ATOMIC_CLAIM=1 checks
+// mysqlstore's claims as atomic (they are not yet: see
+// TestMysqlstoreClaimReadBack); IDEM_MODEL_DEFER_ROLLBACK=1 makes the
+// mysqlstore handler end its own transaction before idem completes, as
+// `defer tx.Rollback()` does.
 package model

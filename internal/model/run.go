@@ -221,8 +221,10 @@ func toPorcupine(ops []Op) []porcupine.Operation {
 			add(op, op.In, op.Out)
 			continue
 		}
-		// The write: perhaps a claim nobody saw (the procedure may run
-		// more than once), and the claim answered, if any; then the read.
+		// The write: perhaps claims nobody saw (the store may run its
+		// procedure again after a read-back that found the record
+		// claimable), and the claim answered, if any; then the read.
+		add(op, op.In, Output{Res: Unknown})
 		add(op, op.In, Output{Res: Unknown})
 		if op.Out.Claimed {
 			add(op, op.In, Output{Res: OK, Claimed: true, Fresh: op.Out.Fresh,
