@@ -4,7 +4,7 @@ PKGS        ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
+.PHONY: test model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
 
 ## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README), installs
@@ -12,6 +12,14 @@ FUZZTIME    ?= 60s
 test: services pgbouncer
 	$(GO) vet $(PKGS)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+## model: internal/model at length: many more randomized concurrent histories per store (memstore,
+## pgstore plain and transactional, mysqlstore, with connection kills) checked for linearizability
+## against the protocol's reference model. `make test` runs a bounded number (IDEM_MODEL_ITER
+## sets it; IDEM_MODEL_SEED replays a seed's choices).
+MODEL_ITER ?= 400
+model: services
+	IDEM_MODEL_ITER=$(MODEL_ITER) $(GO) test -race -count=1 -timeout 60m -v -run . ./internal/model
 
 ## pgbouncer: Debian's pgbouncer, for internal/topology (installed if absent)
 pgbouncer:

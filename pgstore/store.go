@@ -166,9 +166,21 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			return core.ClaimResult{}, err
 		}
 	}
-	cr, err := s.claimRow(ctx, &req)
-	if err != nil {
-		return core.ClaimResult{}, wrap(ctx, op, err)
+	var cr claimRow
+	for race := 0; ; race++ {
+		var err error
+		cr, err = s.claimRow(ctx, &req)
+		if err != nil {
+			return core.ClaimResult{}, wrap(ctx, op, err)
+		}
+		// A claim whose token was drawn before another request took the
+		// record over (and then failed, or let its lease lapse) leaves
+		// the record alone: tokens never go backwards. The record is then
+		// claimable, and answering it unclaimed would turn away (409) a
+		// retry that should run: claim again, with a new token.
+		if cr.claimed || race >= claimRaces || !claimable(&cr.rec, cr.now, &req) {
+			break
+		}
 	}
 	res := core.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now,
 		// Every claim statement sets created_at to its own clock when it
@@ -190,6 +202,21 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		}
 	}
 	return res, nil
+}
+
+// claimRaces bounds how often Claim runs the claim statement again when
+// it answered a record it could have claimed (see Claim).
+const claimRaces = 4
+
+// claimable reports whether a claim of req at now may create or take over
+// r: the claim statement's conditions (sql.go condClaim), in Go.
+func claimable(r *core.Record, now time.Time, req *core.ClaimRequest) bool {
+	live := r.Status == core.StatusProcessing && r.LockedUntil.After(now)
+	if !r.ExpiresAt.After(now) && !live {
+		return true
+	}
+	return r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
+		(r.Status == core.StatusFailed || (r.Status == core.StatusProcessing && !live))
 }
 
 // claimRow runs the claim statement: one composite value, in binary, or

@@ -1,0 +1,132 @@
+package model
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore"
+)
+
+// myEnvs migrates mysqlstore into a fresh database and returns the Env of
+// each history (its own scope, one store). Lapse, Expire and Kill run on a
+// connection to another database, so that Kill, which ends one connection
+// of the fresh database (KILL CONNECTION), never ends its own or another
+// test's.
+//
+// Transactional: every Complete and Fail comes after a ledger write in the
+// lease's transaction (mysqlstore.Tx); Audit reads the ledger. With
+// IDEM_MODEL_DEFER_ROLLBACK=1 the handler also ends that transaction
+// itself before idem completes, as `defer tx.Rollback()` does (issue 19,
+// defect 1): a response must then not be recorded without its writes.
+func myEnvs(t *testing.T, transactional bool) func(h int) *Env {
+	t.Helper()
+	cfg := mytest.Database(t, "")
+	db := mytest.Open(t, cfg)
+	admin := mytest.Open(t, mytest.Config(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := mysqlstore.Migrate(ctx, db); err != nil {
+		t.Fatalf("mysqlstore.Migrate: %v", err)
+	}
+	store, err := mysqlstore.New(db)
+	if err != nil {
+		t.Fatalf("mysqlstore.New: %v", err)
+	}
+	t.Cleanup(store.Close)
+	table := "`" + cfg.DBName + "`.`idem_records`"
+	// A day in the past, as for pgstore.
+	lapse := func(set string) func(ctx context.Context, scope, key string) error {
+		q := "UPDATE " + table + " SET " + set + " WHERE scope = ? AND `key` = ?"
+		return func(ctx context.Context, scope, key string) error {
+			_, err := admin.ExecContext(ctx, q, scope, key)
+			return err
+		}
+	}
+	kill := func(ctx context.Context) error {
+		var id int64
+		err := admin.QueryRowContext(ctx, "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID() ORDER BY RAND() LIMIT 1", cfg.DBName).Scan(&id)
+		if err == sql.ErrNoRows {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		return err
+	}
+	ledger := "`" + cfg.DBName + "`.`ledger`"
+	if _, err := admin.ExecContext(ctx, "CREATE TABLE "+ledger+" (scope VARBINARY(64) NOT NULL, `key` VARBINARY(64) NOT NULL, token BIGINT NOT NULL)"); err != nil {
+		t.Fatalf("create ledger: %v", err)
+	}
+	deferRollback := os.Getenv("IDEM_MODEL_DEFER_ROLLBACK") == "1"
+	return func(h int) *Env {
+		env := &Env{
+			Store:  store,
+			Scope:  fmt.Sprintf("h%d", h),
+			Lapse:  lapse("locked_until = UTC_TIMESTAMP(6) - INTERVAL 1 DAY"),
+			Expire: lapse("locked_until = UTC_TIMESTAMP(6) - INTERVAL 1 DAY, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 DAY"),
+			Kill:   kill,
+			// Its claim procedure reads the record back after its COMMIT:
+			// see TestMysqlstoreClaimReadBack. IDEM_MODEL_ATOMIC_CLAIM=1
+			// checks its claims as atomic, and shows the finding.
+			ClaimReadBack: os.Getenv("IDEM_MODEL_ATOMIC_CLAIM") != "1",
+		}
+		if !transactional {
+			return env
+		}
+		env.BusinessWrite = func(ctx context.Context, f core.Fence) error {
+			tx, err := mysqlstore.Tx(ctx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, "INSERT INTO "+ledger+" (scope, `key`, token) VALUES (?, ?, ?)", f.Scope, f.Key, f.Token)
+			if deferRollback {
+				_ = tx.Rollback()
+			}
+			return err
+		}
+		env.Audit = func(ctx context.Context, scope, key string) ([]int64, error) {
+			rows, err := admin.QueryContext(ctx, "SELECT token FROM "+ledger+" WHERE scope = ? AND `key` = ? ORDER BY token", scope, key)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var toks []int64
+			for rows.Next() {
+				var tok int64
+				if err := rows.Scan(&tok); err != nil {
+					return nil, err
+				}
+				toks = append(toks, tok)
+			}
+			return toks, rows.Err()
+		}
+		return env
+	}
+}
+
+func TestMysqlstore(t *testing.T) {
+	t.Parallel()
+	sum, fails := Run(context.Background(), killConfig(t, 40), myEnvs(t, false))
+	Report(t, "mysqlstore", fails)
+	covered(t, sum, true)
+}
+
+// TestMysqlstoreTransactional: Complete commits the handler's transaction
+// (mysqlstore.Tx) with the response, Fail rolls it back; the ledger must
+// hold a token exactly when its Complete took effect.
+func TestMysqlstoreTransactional(t *testing.T) {
+	t.Parallel()
+	sum, fails := Run(context.Background(), killConfig(t, 30), myEnvs(t, true))
+	Report(t, "mysqlstore-tx", fails)
+	covered(t, sum, true)
+	if sum.Count(Audit, OK) == 0 {
+		t.Errorf("no ledger audit was answered")
+	}
+}
