@@ -87,9 +87,14 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 // CommitErrorResponse is what an adapter writes instead of the handler's
 // response when Commit or Abort failed: the outcome is not known to be
 // recorded, so the client must not take it as final. A lost lease answers
-// 409 (another request owns the key now); anything else 503. Both invite a
-// retry, which the record then resolves.
+// 409 (another request owns the key now); writes the store found not
+// committed (ErrNotCommitted: the handler ended the store's transaction)
+// 500; anything else 503. All invite a retry, which the record then
+// resolves.
 func (e *Engine) CommitErrorResponse(err error) *Response {
+	if errors.Is(err, ErrNotCommitted) {
+		return e.Problem(ProblemHandlerError, "the request failed: its writes did not commit; it was not completed")
+	}
 	if errors.Is(err, ErrLeaseLost) {
 		return e.Problem(ProblemInFlight,
 			"this request lost ownership of its idempotency key to a retry; retry to get the recorded result")
@@ -115,8 +120,11 @@ func (e *Engine) finished(ctx context.Context, d *Decision, kind EventKind, stat
 	d.release()
 	if err != nil {
 		problem := ProblemStoreUnavailable
-		if errors.Is(err, ErrLeaseLost) {
+		switch {
+		case errors.Is(err, ErrLeaseLost):
 			kind, problem = EventLeaseLost, ProblemInFlight
+		case errors.Is(err, ErrNotCommitted):
+			problem = ProblemHandlerError
 		}
 		err = e.scrub(fmt.Errorf("idem: %s: %w", kind, err), d.Key)
 		e.observe(Event{Kind: kind, Problem: problem, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: err})

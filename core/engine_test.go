@@ -868,6 +868,10 @@ func TestProblemResponses(t *testing.T) {
 	assert.Equal(t, "1", ce.Header.Get("Retry-After"))
 	ce = eng.CommitErrorResponse(core.ErrLeaseLost)
 	assert.Equal(t, 409, ce.Status)
+	ce = eng.CommitErrorResponse(errors.Join(errors.New("store: complete"), core.ErrNotCommitted))
+	assert.Equal(t, 500, ce.Status)
+	require.NoError(t, json.Unmarshal(ce.Body, &p))
+	assert.Equal(t, "https://example.com/errors/handler-error", p.Type)
 }
 
 func TestLogsRedactKeys(t *testing.T) {

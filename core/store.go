@@ -26,6 +26,12 @@ var (
 	ErrLeaseLost = errors.New("idem: lease lost")
 	// ErrNotFound means no record exists for (scope, key).
 	ErrNotFound = errors.New("idem: record not found")
+	// ErrNotCommitted means Complete refused to record the response: the
+	// handler ended the store's transaction itself and its writes did not
+	// commit, so the response would describe writes that never landed. The
+	// store released the key (a retry runs the handler again); the engine
+	// answers 500 (handler-error), not the handler's response.
+	ErrNotCommitted = errors.New("idem: the handler's writes did not commit")
 )
 
 // Fence identifies one ownership of one record: the (scope, key) pair and

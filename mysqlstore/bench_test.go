@@ -268,3 +268,52 @@ func BenchmarkReplay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTxClaimComplete measures a transactional first execution
+// (claim, Tx, one ledger INSERT in the transaction, Complete committing
+// both) against the same pair without Tx (the ledger row written in its
+// own autocommit statement), alternating on one database, at 1 and 16
+// workers. The ratio tx/plain is what the lease transaction costs.
+func BenchmarkTxClaimComplete(b *testing.B) {
+	for _, workers := range []int{1, 16} {
+		db := mytest.NewDB(b, "")
+		db.SetMaxOpenConns(workers)
+		db.SetMaxIdleConns(workers)
+		s := openStore(b, db)
+		if _, err := db.Exec("CREATE TABLE ledger (k VARBINARY(255) PRIMARY KEY, owner BIGINT NOT NULL)"); err != nil {
+			b.Fatal(err)
+		}
+		resp := core.StoredResponse{Status: 201, Body: []byte(`{"id":"pay_123","amount":1000}`)}
+		run := func(inTx bool) func(ctx context.Context, key string) error {
+			return func(ctx context.Context, key string) error {
+				req := claimReq(key, 30*time.Second)
+				res, err := s.Claim(ctx, req)
+				if err != nil {
+					return err
+				}
+				if !res.Claimed {
+					return fmt.Errorf("not claimed")
+				}
+				f := core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}
+				if !inTx {
+					if _, err := db.ExecContext(ctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", key, f.Token); err != nil {
+						return err
+					}
+					return s.Complete(ctx, f, resp)
+				}
+				hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
+				tx, err := Tx(hctx)
+				if err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(hctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", key, f.Token); err != nil {
+					return err
+				}
+				return s.Complete(hctx, f, resp)
+			}
+		}
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			runAlternating(b, workers, []string{"tx", "plain"}, run(true), run(false))
+		})
+	}
+}

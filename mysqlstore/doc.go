@@ -34,7 +34,9 @@
 // not commit: when the engine commits the response, Complete runs its fenced
 // UPDATE in that transaction and commits it, so the business writes and the
 // stored response land together or not at all, and a stale owner's writes
-// roll back. sqlx, GORM and ent run on that *sql.Tx too (README).
+// roll back. sqlx, GORM and ent run on that *sql.Tx too (README). A handler
+// that ends the transaction itself gets its response recorded only if its
+// writes committed (a commit mark in the transaction tells; see Tx).
 //
 // # Galera
 //

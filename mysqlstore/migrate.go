@@ -59,6 +59,7 @@ func loadMigrations(c config) ([]migration, error) {
 		"ClaimProc":   n.claimProc1,
 		"ClaimProcV2": n.claimProc,
 		"ExpiresIdx":  n.expiresIdx,
+		"TxMarks":     n.txMarks,
 	}
 	var out []migration
 	for _, e := range entries {

@@ -79,11 +79,12 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // WithTable sets the name of the records table, and the prefix of every
-// object derived from it: the token table (<table>_tokens), the claim
-// procedures (<table>_claim_v1, _v2) and the expiry index. At most 40 bytes of
-// letters, digits and underscores, not starting with a digit. The tables
-// live in the connection's current database (the DSN's /dbname); MySQL has
-// no separate schema level.
+// object derived from it: the token table (<table>_tokens), the commit
+// marks of Tx (<table>_txmarks), the claim procedures (<table>_claim_v1,
+// _v2) and the expiry index. At most 40 bytes of letters, digits and
+// underscores, not starting with a digit. The tables live in the
+// connection's current database (the DSN's /dbname); MySQL has no separate
+// schema level.
 //
 // Default: "idem_records".
 func WithTable(name string) Option {
@@ -192,6 +193,7 @@ type names struct {
 	claimProc  string // `idem_records_claim_v2` (migration 0003)
 	claimProc1 string // `idem_records_claim_v1` (migration 0002; previous binaries)
 	expiresIdx string // `idem_records_expires_idx`
+	txMarks    string // `idem_records_txmarks` (migration 0005)
 	migrations string // `idem_schema_migrations`
 }
 
@@ -204,6 +206,7 @@ func (c config) names() names {
 		claimProc:  quote(c.table + "_claim_v2"),
 		claimProc1: quote(c.table + "_claim_v1"),
 		expiresIdx: quote(c.table + "_expires_idx"),
+		txMarks:    quote(c.table + "_txmarks"),
 		migrations: quote("idem_schema_migrations"),
 	}
 }

@@ -173,13 +173,13 @@ func TestQueryCounts(t *testing.T) {
 		return err
 	})
 	var tx *sql.Tx
-	phase("Tx (START TRANSACTION)", 1, func() error { var err error; tx, err = Tx(hctx); return err })
+	phase("Tx (START TRANSACTION + commit mark)", 2, func() error { var err error; tx, err = Tx(hctx); return err })
 	phase("handler insert (no arguments)", 1, func() error {
 		_, err := tx.ExecContext(hctx, "INSERT INTO ledger (k) VALUES ('tx')")
 		return err
 	})
 	phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
-	phase("complete in tx (UPDATE + COMMIT)", 2, func() error {
+	phase("complete in tx (DELETE mark + UPDATE + COMMIT)", 3, func() error {
 		return s.Complete(hctx, f, core.StoredResponse{Status: 201})
 	})
 	// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
@@ -190,7 +190,7 @@ func TestQueryCounts(t *testing.T) {
 		hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
 		return err
 	})
-	phase("Tx (START TRANSACTION) 2", 1, func() error { _, err := Tx(hctx); return err })
+	phase("Tx (START TRANSACTION + commit mark) 2", 2, func() error { _, err := Tx(hctx); return err })
 	phase("fail in tx (ROLLBACK + UPDATE)", 2, func() error { return s.Fail(hctx, f) })
 
 	var n int

@@ -20,7 +20,8 @@ const (
 // the retention margin and not held by a live lease, oldest first, and
 // returns how many it deleted. It also deletes up to batch old rows of the
 // token table (every draw but the newest; the AUTO_INCREMENT counter does
-// not depend on them). Call it in a loop until it returns fewer than batch
+// not depend on them) and up to batch commit marks of Tx older than a day
+// (left by handlers that committed themselves and died before Complete). Call it in a loop until it returns fewer than batch
 // (Maintain does).
 //
 // Each batch is its own short READ COMMITTED transaction: at REPEATABLE
@@ -48,6 +49,12 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 		return err
 	}); err != nil {
 		return int(n), wrap(ctx, "sweep tokens", err)
+	}
+	if err := s.withRetry(ctx, func() error {
+		_, err := s.inReadCommitted(ctx, s.sql.sweepMarks, micros(markTTL), batch)
+		return err
+	}); err != nil {
+		return int(n), wrap(ctx, "sweep commit marks", err)
 	}
 	return int(n), nil
 }

@@ -20,6 +20,14 @@ type statements struct {
 	now       string
 	loadSteps string
 	saveStep  string
+	// Tx's commit marks (migration 0005). markIns and markDel are
+	// completed with the token as an integer literal (and ")" for markIns): sent as plain text on the
+	// transaction's connection, each is one round trip (a statement with
+	// arguments would cost a prepare unless it was prepared already).
+	markIns    string
+	markDel    string
+	markRead   string // a locking read: waits for a commit of the mark still in flight
+	sweepMarks string
 }
 
 const (
@@ -87,8 +95,15 @@ func buildStatements(c config) statements {
 		"       steps, JSON_OBJECT('born', " + born + ")),\n" +
 		"    ?, ?)\nWHERE " + fenceWhere
 
+	s.markIns = "INSERT INTO " + n.txMarks + " (created_at, token) VALUES ({{NOW}}, "
+	s.markDel = "DELETE FROM " + n.txMarks + " WHERE token = "
+	s.markRead = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = ? LOCK IN SHARE MODE"
+	// Args: age (µs), batch.
+	s.sweepMarks = "DELETE FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
+
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep} {
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
+		&s.markIns, &s.markDel, &s.markRead, &s.sweepMarks} {
 		*p = r.Replace(*p)
 	}
 	return s

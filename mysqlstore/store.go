@@ -491,8 +491,8 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 		return fmt.Errorf("mysqlstore: complete: invalid response status %d", resp.Status)
 	}
 	args := completeArgs(f, resp)
-	if tx := s.takeTx(ctx, f); tx != nil {
-		return s.completeInTx(ctx, tx, f, args)
+	if tx, marked := s.takeTx(ctx, f); tx != nil {
+		return s.completeInTx(ctx, tx, marked, f, args)
 	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {
@@ -505,10 +505,22 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 }
 
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
-// this lease is rolled back first.
+// this lease is rolled back first. If the handler had committed that
+// transaction itself, the record is completed as not retained instead of
+// failed (see Tx): its writes must not run again.
 func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	const op = "fail"
-	s.abandonTx(ctx, f)
+	if s.abandonTx(ctx, f) {
+		committed, err := s.failAfterHandlerCommitted(ctx, f)
+		switch {
+		case errors.Is(err, core.ErrLeaseLost):
+			return fmt.Errorf("mysqlstore: fail: %w", err)
+		case err != nil:
+			return wrap(ctx, "fail: the handler ended the transaction: read its commit mark", err)
+		case committed:
+			return nil
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
 	}

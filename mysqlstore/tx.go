@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,7 +19,18 @@ var (
 	// ErrLeaseFinished is returned by Tx when the lease was already
 	// completed or failed: its transaction, if any, is over.
 	ErrLeaseFinished = errors.New("mysqlstore: the lease is finished; its transaction was committed or rolled back")
+	// ErrTxRolledBack is returned by Complete when the handler ended the
+	// transaction Tx handed it (a Rollback, often a deferred one, or a
+	// failed Commit) so that its writes did not commit: the response is
+	// not recorded, the key is released, and the engine answers 500
+	// (it wraps core.ErrNotCommitted).
+	ErrTxRolledBack = fmt.Errorf("mysqlstore: the handler ended the lease transaction and its writes did not commit (leave Commit and Rollback of mysqlstore.Tx to idem): %w", core.ErrNotCommitted)
 )
+
+// markTTL is how long Sweep keeps a commit mark (migration 0005) left
+// behind. A mark is read only by the execution that wrote it, at its
+// Complete or Fail: a day is far beyond any handler's transaction.
+const markTTL = 24 * time.Hour
 
 // txKey is the lease attachment under which the transaction state lives.
 type txKey struct{}
@@ -31,6 +43,9 @@ type txState struct {
 	mu   sync.Mutex
 	tx   *sql.Tx
 	done bool
+	// marked: the transaction's first statement inserted the commit mark
+	// (every transaction but a read-only one).
+	marked bool
 }
 
 // rollbackTimeout bounds the clean-up statements that run on a context
@@ -55,9 +70,26 @@ const rollbackTimeout = 5 * time.Second
 // writes vanish, and Complete returns core.ErrLeaseLost. On abort (handler
 // error, panic, 5xx), Store.Fail rolls the transaction back.
 //
-// A handler that commits the transaction itself breaks that: its writes are
-// then in the database whether or not it still owned the key. Complete then
-// falls back to the plain fenced UPDATE.
+// A handler that ends the transaction itself cannot make its writes and
+// the response one fact any more. Tx makes the outcome known instead: it
+// begins the transaction with the insert of a commit mark (one small row,
+// migration 0005), which commits exactly when the handler's writes do.
+// When Complete finds the transaction ended, it reads the mark:
+//
+//   - absent (the handler rolled back, e.g. with the idiomatic
+//     `defer tx.Rollback()`, or its Commit failed): the writes did not
+//     land, so the response is NOT recorded; the key is released (a retry
+//     runs the handler again) and Complete returns ErrTxRolledBack, which
+//     the engine answers with a 500 instead of the handler's response;
+//   - present (the handler committed): the response is recorded by a plain
+//     fenced UPDATE, and retries replay it. The handler gave up the fence,
+//     though: its writes are in the database whether or not it still owned
+//     the key.
+//
+// Likewise, when Fail finds that the handler committed before failing, it
+// does not release the key (a retry would run committed writes again): it
+// completes the record as not retained, and retries answer 409
+// not-retained. A read-only transaction (WithTxOptions) writes no mark.
 //
 // The transaction lives until Complete or Fail, not until ctx is cancelled
 // (it is begun on a context without ctx's cancellation; each statement the
@@ -88,9 +120,48 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 		if err != nil {
 			return nil, wrap(ctx, "tx: begin", err)
 		}
-		st.tx = tx
+		marked := s.cfg.txOpts == nil || !s.cfg.txOpts.ReadOnly
+		if marked {
+			if _, err := tx.ExecContext(ctx, s.markSQL(s.sql.markIns, lease.Fence().Token)+")"); err != nil {
+				_ = tx.Rollback()
+				return nil, wrap(ctx, "tx: begin: commit mark", err)
+			}
+		}
+		st.tx, st.marked = tx, marked
 	}
 	return st.tx, nil
+}
+
+// markSQL completes a commit-mark statement with token.
+func (s *Store) markSQL(prefix string, token int64) string {
+	return string(strconv.AppendInt([]byte(prefix), token, 10))
+}
+
+// markCommitted reports whether the commit mark of token is in the
+// database: whether the transaction of that lease committed. The read is
+// causal on Galera whatever WithCausalReads says (the handler may have
+// committed through another node a moment ago), and locking, so that a
+// commit still in flight on this server is waited for.
+func (s *Store) markCommitted(ctx context.Context, token int64) (bool, error) {
+	q := s.sql.markRead
+	if s.galera.Load() || s.forceCausal {
+		q = "SET STATEMENT wsrep_sync_wait = 1 FOR " + q
+	}
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return false, err
+	}
+	var n int
+	err = s.withRetry(ctx, func() error { return st.QueryRowContext(ctx, token).Scan(&n) })
+	return n > 0, err
+}
+
+// dropMark deletes a commit mark that landed (best effort: Sweep deletes
+// what is left).
+func (s *Store) dropMark(ctx context.Context, token int64) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, _ = s.db.ExecContext(fctx, s.markSQL(s.sql.markDel, token))
 }
 
 // storeOf returns the *Store that granted lease, looking through store
@@ -106,15 +177,16 @@ func attachState(lease *core.Lease) *txState {
 }
 
 // takeTx finishes the lease's transaction state for fence f and returns the
-// open transaction, if one was begun. It returns nil when ctx carries no
-// lease of this store for f. Either way, from now on Tx refuses to begin one.
-func (s *Store) takeTx(ctx context.Context, f core.Fence) *sql.Tx {
+// open transaction, if one was begun, and whether it carries a commit mark.
+// It returns nil when ctx carries no lease of this store for f. Either way,
+// from now on Tx refuses to begin one.
+func (s *Store) takeTx(ctx context.Context, f core.Fence) (*sql.Tx, bool) {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
-		return nil
+		return nil, false
 	}
 	if storeOf(lease) != s {
-		return nil
+		return nil, false
 	}
 	st := attachState(lease)
 	st.mu.Lock()
@@ -122,21 +194,28 @@ func (s *Store) takeTx(ctx context.Context, f core.Fence) *sql.Tx {
 	st.done = true
 	tx := st.tx
 	st.tx = nil
-	return tx
+	return tx, st.marked
 }
 
-// abandonTx rolls back the lease's transaction for f, if any.
-func (s *Store) abandonTx(ctx context.Context, f core.Fence) {
-	if tx := s.takeTx(ctx, f); tx != nil {
-		// A failed rollback closes the connection, which ends the
-		// transaction server-side just the same. ErrTxDone: the handler
-		// ended it itself.
-		_ = tx.Rollback()
+// abandonTx rolls back the lease's transaction for f, if any. It reports
+// whether the handler had ended a marked transaction itself (the rollback
+// found it done): then whether its writes committed is for the mark to say.
+func (s *Store) abandonTx(ctx context.Context, f core.Fence) (handlerEnded bool) {
+	tx, marked := s.takeTx(ctx, f)
+	if tx == nil {
+		return false
 	}
+	// A failed rollback closes the connection, which ends the transaction
+	// server-side just the same.
+	err := tx.Rollback()
+	return marked && errors.Is(err, sql.ErrTxDone)
 }
 
-// completeInTx runs the fenced complete inside the handler's transaction and
-// commits it; on any failure the transaction is rolled back.
+// completeInTx deletes the commit mark, runs the fenced complete inside the
+// handler's transaction and commits it; on any failure the transaction is
+// rolled back. (The mark is deleted before the commit: on this path it never
+// lands. Delete and complete are two round trips: the driver sends one
+// statement at a time.)
 //
 // When it fails for a reason other than a lost lease, it also marks the
 // record failed (fenced, best effort), so a retry may run the handler again
@@ -146,30 +225,25 @@ func (s *Store) abandonTx(ctx context.Context, f core.Fence) {
 // same path, the writes did not land. (If the connection died during COMMIT
 // and the commit did land, the record is completed and the fenced fail
 // matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, f core.Fence, args []any) error {
-	var (
-		res sql.Result
-		err error
-	)
-	if st := s.prepared(s.sql.complete); st != nil {
-		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-	} else {
-		// Not prepared yet: prepare on the transaction's own connection
-		// (preparing on the pool could wait for a connection forever when
-		// transactions hold them all).
-		res, err = tx.ExecContext(ctx, s.sql.complete, args...)
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f core.Fence, args []any) error {
+	var err error
+	if marked {
+		_, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token))
+	}
+	var res sql.Result
+	if err == nil {
+		if st := s.prepared(s.sql.complete); st != nil {
+			res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		} else {
+			// Not prepared yet: prepare on the transaction's own connection
+			// (preparing on the pool could wait for a connection forever
+			// when transactions hold them all).
+			res, err = tx.ExecContext(ctx, s.sql.complete, args...)
+		}
 	}
 	if errors.Is(err, sql.ErrTxDone) {
-		// The handler committed or rolled back the transaction itself (see
-		// Tx): nothing left to make atomic; the plain fenced update.
-		ok, err := s.fenced(ctx, s.sql.complete, args...)
-		if err != nil {
-			return wrap(ctx, "complete", err)
-		}
-		if !ok {
-			return fmt.Errorf("mysqlstore: complete: %w", core.ErrLeaseLost)
-		}
-		return nil
+		// The handler committed or rolled back the transaction itself.
+		return s.completeAfterHandlerEnded(ctx, marked, f, args)
 	}
 	var n int64
 	if err == nil {
@@ -189,6 +263,55 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, f core.Fence, args
 		return wrap(ctx, "complete: commit", err)
 	}
 	return nil
+}
+
+// completeAfterHandlerEnded completes a record whose handler ended the
+// lease transaction itself (see Tx): recorded only if the commit mark says
+// the writes committed; otherwise released, and ErrTxRolledBack.
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f core.Fence, args []any) error {
+	if marked {
+		committed, err := s.markCommitted(ctx, f.Token)
+		if err != nil {
+			// Unknown: neither record (the writes may have rolled back)
+			// nor release (they may have committed).
+			return wrap(ctx, "complete: the handler ended the transaction: read its commit mark", err)
+		}
+		if !committed {
+			s.releaseAfterTxFailure(ctx, f)
+			return fmt.Errorf("mysqlstore: complete: %w", ErrTxRolledBack)
+		}
+		defer s.dropMark(ctx, f.Token)
+	}
+	// The writes committed (or a read-only transaction had none): the
+	// plain fenced update.
+	ok, err := s.fenced(ctx, s.sql.complete, args...)
+	if err != nil {
+		return wrap(ctx, "complete", err)
+	}
+	if !ok {
+		return fmt.Errorf("mysqlstore: complete: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// failAfterHandlerCommitted is Fail for a handler that ended its marked
+// transaction itself. If the mark says its writes committed, releasing the
+// key would let a retry run them again: the record is completed as not
+// retained instead (retries answer 409 not-retained), and committed is true.
+func (s *Store) failAfterHandlerCommitted(ctx context.Context, f core.Fence) (committed bool, err error) {
+	committed, err = s.markCommitted(ctx, f.Token)
+	if err != nil || !committed {
+		return false, err
+	}
+	defer s.dropMark(ctx, f.Token)
+	ok, err := s.fenced(ctx, s.sql.complete, completeArgs(f, core.StoredResponse{Status: 500, NotRetained: true})...)
+	if err != nil {
+		return true, err
+	}
+	if !ok {
+		return true, core.ErrLeaseLost
+	}
+	return true, nil
 }
 
 func (s *Store) releaseAfterTxFailure(ctx context.Context, f core.Fence) {

@@ -201,3 +201,100 @@ func TestTwoPoolsOneClaim(t *testing.T) {
 		}
 	}
 }
+
+func markRows(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM idem_records_txmarks").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestTxMarks: the commit mark Tx writes never lands on the usual paths
+// (Complete in the transaction, Fail); the one a self-committing handler
+// landed is deleted by its Complete; one left behind by a process that died
+// after the handler's own commit is deleted by Sweep after markTTL, not
+// before.
+func TestTxMarks(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+
+	hctx, f := handlerCtx(t, s, claimReq("complete", time.Minute))
+	if err := book(hctx, "complete", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	hctx, f = handlerCtx(t, s, claimReq("fail", time.Minute))
+	if err := book(hctx, "fail", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(hctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if n := markRows(t, db); n != 0 {
+		t.Errorf("%d marks after Complete and Fail in the transaction, want 0", n)
+	}
+
+	selfCommit := func(key string) (context.Context, core.Fence) {
+		hctx, f := handlerCtx(t, s, claimReq(key, time.Minute))
+		if err := book(hctx, key, f.Token); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := Tx(hctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return hctx, f
+	}
+	hctx, f = selfCommit("self")
+	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if n := markRows(t, db); n != 0 {
+		t.Errorf("%d marks after a self-committed Complete, want 0", n)
+	}
+
+	selfCommit("crashed") // no Complete: the process died
+	if _, err := s.Sweep(t.Context(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if n := markRows(t, db); n != 1 {
+		t.Errorf("%d marks after a sweep within markTTL, want 1", n)
+	}
+	later := openStore(t, db, withClockOffset(markTTL+time.Minute))
+	if _, err := later.Sweep(t.Context(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if n := markRows(t, db); n != 0 {
+		t.Errorf("%d marks after a sweep past markTTL, want 0", n)
+	}
+}
+
+// TestTxReadOnlyUnmarked: a read-only transaction (WithTxOptions) writes no
+// mark (it could not), and a handler ending it still gets its response
+// recorded: it wrote nothing to lose.
+func TestTxReadOnlyUnmarked(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db, WithTxOptions(&sql.TxOptions{ReadOnly: true}))
+	hctx, f := handlerCtx(t, s, claimReq("ro", time.Minute))
+	tx, err := Tx(hctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(hctx, f, core.StoredResponse{Status: 200}); err != nil {
+		t.Fatalf("complete after a read-only transaction ended: %v", err)
+	}
+	if n := markRows(t, db); n != 0 {
+		t.Errorf("%d marks, want 0", n)
+	}
+}
