@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +76,21 @@ func TestSentinelKeys(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestFailScrubs: the second wall. No store error names a key (the test
+// above shows it on the real ones), but should one, fail prints it
+// scrubbed, in every escaped form.
+func TestFailScrubs(t *testing.T) {
+	for _, s := range idemtest.SentinelKeys() {
+		var e bytes.Buffer
+		c := &cli{stderr: &e, secret: s.Key}
+		c.fail(exitFailure, fmt.Errorf("store: no row for key %q (raw %s)", s.Key, s.Key))
+		if !strings.Contains(e.String(), core.RedactKey(s.Key)) {
+			t.Errorf("%s: %q lacks the key's hash", s.Name, e.String())
+		}
+		for _, l := range idemtest.KeyLeaks(e.String(), s.Key) {
+			t.Errorf("%s: the raw key leaked: %s", s.Name, l)
+		}
+	}
 }
