@@ -20,10 +20,9 @@ func TestSentinelKeys(t *testing.T) {
 	backends(t, func(t *testing.T, c ctl, st core.Store) {
 		keys := idemtest.SentinelKeys()
 		keys = append(keys, idemtest.Sentinel{Name: "dash", Key: "-SENTINEL-dash", Valid: true})
+		// The non-ASCII key too: no request can carry it, but an operator
+		// can type it.
 		for _, s := range keys {
-			if !s.Valid {
-				continue
-			}
 			t.Run(s.Name, func(t *testing.T) {
 				var out idemtest.Capture
 				run := func(stdin string, args ...string) int {
