@@ -1,6 +1,7 @@
 package echoidem_test
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"testing"
 
@@ -51,7 +52,13 @@ var adapter = idemtest.Adapter{
 		e.HideBanner, e.HidePort = true, true
 		if cfg.Log != nil {
 			e.Logger.SetOutput(cfg.Log)
-			e.Use(middleware.LoggerWithConfig(middleware.LoggerConfig{Output: cfg.Log}), middleware.Recover())
+			e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+				LogStatus: true, LogMethod: true, LogURI: true, LogError: true,
+				LogValuesFunc: func(_ echo.Context, v middleware.RequestLoggerValues) error {
+					_, err := fmt.Fprintf(cfg.Log, "%d %s %s error=%v\n", v.Status, v.Method, v.URI, v.Error)
+					return err
+				},
+			}), middleware.Recover())
 		}
 		for _, rt := range routes {
 			h := echo.WrapHandler(rt.Handler)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -168,6 +167,6 @@ func sentinelRealError(t *testing.T, key, failure string, opts []Option) {
 	}
 	c.NoKey(t, key)
 	if testing.Verbose() {
-		t.Log(fmt.Sprintf("%.600s", out))
+		t.Logf("%.600s", out)
 	}
 }
