@@ -49,7 +49,7 @@ func sentinelRealError(t *testing.T, key, failure string) {
 	// No retries: the first 1205 is the error (retries would only repeat it).
 	s := openStore(t, mytest.Open(t, cfg), WithDeadlockRetries(0))
 
-	eng, err := core.New(s, append(c.Options(), core.WithLease(time.Minute),
+	eng, err := core.New(s, append(c.JSONOptions(), core.WithLease(time.Minute), // slog's JSON handler: its own escaping
 		core.WithScope(func(context.Context, *core.Request) (string, error) { return "tenant", nil }))...)
 	if err != nil {
 		t.Fatal(err)
