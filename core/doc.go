@@ -31,7 +31,10 @@
 // unless the engine opts into one shared key space (WithSharedKeySpace).
 //
 // No idempotency key appears in what the engine logs, reports or returns:
-// keys are logged as a short hash (unless WithLogKeys), and errors from the
-// store are scrubbed of the key before they are logged, observed or handed
-// to an error handler. core uses the standard library only.
+// keys are logged as a short hash (RedactKey; unless WithLogKeys), and text
+// from elsewhere (store errors, a scope function's error, a handler's error
+// or panic value) is scrubbed of the key (ScrubText: verbatim, Go-, JSON-,
+// SQL- and URL-escaped, hex; at any key length, a form shorter than 8
+// bytes where it stands alone) before it is logged, observed or handed to
+// an error handler or an adapter. core uses the standard library only.
 package core

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -189,27 +188,13 @@ func (e *Engine) redact(key string) string {
 	return RedactKey(key)
 }
 
-// scrub returns err with every occurrence of key in its message replaced by
-// the key's redacted form, so that a store error quoting the key cannot
-// carry it into a log line, an event or an error handler. errors.Is and
-// errors.As still see the original chain. Keys shorter than 8 bytes are
-// left alone: replacing them would garble messages, and such keys are not
-// secrets worth the name.
+// scrub returns err with the key scrubbed from its message (ScrubError),
+// so that a store error, a scope function's error, a handler's error or
+// panic quoting the key cannot carry it into a log line, an event or an
+// error handler. errors.Is and errors.As still see the original chain.
 func (e *Engine) scrub(err error, key string) error {
-	if err == nil || len(key) < 8 || e.cfg.logKeys {
+	if e.cfg.logKeys {
 		return err
 	}
-	msg := err.Error()
-	if !strings.Contains(msg, key) {
-		return err
-	}
-	return &scrubbedError{msg: strings.ReplaceAll(msg, key, e.redact(key)), err: err}
+	return ScrubError(err, key)
 }
-
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (s *scrubbedError) Error() string { return s.msg }
-func (s *scrubbedError) Unwrap() error { return s.err }

@@ -90,7 +90,9 @@ func (e *Engine) Run(ctx context.Context, d *Decision, x Exchange) (rerr error) 
 			return
 		}
 		p := recover()
-		cause := fmt.Errorf("idem: handler panicked: %v\n%s", p, debug.Stack())
+		// Scrubbed here, not only in Abort's log: the panic value goes to
+		// the adapter too (gin's c.Errors, which gin's logger prints).
+		cause := e.scrub(fmt.Errorf("idem: handler panicked: %v\n%s", p, debug.Stack()), d.Key)
 		_ = e.Abort(lctx, d, cause)
 		if pr, ok := x.(PanicReporter); ok {
 			pr.Panicked(cause)
@@ -149,6 +151,15 @@ func (d *Decision) RestoreBody(r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
+
+// KeyHeader is the engine's idempotency key header, for an adapter that
+// masks it ("" when d is not a decision of an engine).
+func (d *Decision) KeyHeader() string {
+	if d == nil || d.eng == nil {
+		return ""
+	}
+	return d.eng.cfg.header
 }
 
 // MaxResponseBytes is the engine's WithMaxResponseBytes, for sizing a

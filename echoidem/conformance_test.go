@@ -1,10 +1,12 @@
 package echoidem_test
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
@@ -16,7 +18,8 @@ import (
 // adapter serves the suite's routes the way an Echo app would: each route
 // with the idem middleware, the neutral handler mounted by echo.WrapHandler.
 var adapter = idemtest.Adapter{
-	Name: "echo",
+	Name:         "echo",
+	FrameworkLog: true,
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
 		var opts []echoidem.Option
 		if cfg.NilOptions {
@@ -47,6 +50,16 @@ var adapter = idemtest.Adapter{
 		}
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
+		if cfg.Log != nil {
+			e.Logger.SetOutput(cfg.Log)
+			e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+				LogStatus: true, LogMethod: true, LogURI: true, LogError: true,
+				LogValuesFunc: func(_ echo.Context, v middleware.RequestLoggerValues) error {
+					_, err := fmt.Fprintf(cfg.Log, "%d %s %s error=%v\n", v.Status, v.Method, v.URI, v.Error)
+					return err
+				},
+			}), middleware.Recover())
+		}
 		for _, rt := range routes {
 			h := echo.WrapHandler(rt.Handler)
 			if cfg.HandlerError != nil {

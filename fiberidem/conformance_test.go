@@ -1,6 +1,7 @@
 package fiberidem_test
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/logger"
+	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
@@ -20,7 +23,8 @@ import (
 // adapter serves the suite's routes the way a Fiber app would: each route
 // with the idem handler in front, on a real listener.
 var adapter = idemtest.Adapter{
-	Name: "fiber",
+	Name:         "fiber",
+	FrameworkLog: true,
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
 		var opts []fiberidem.Option
 		if cfg.NilOptions {
@@ -56,6 +60,15 @@ var adapter = idemtest.Adapter{
 		}
 		app := fiber.New(fiber.Config{DisableStartupMessage: true})
 		quickStop(app)
+		if cfg.Log != nil {
+			// No ${time} in the format: it starts a goroutine that never ends.
+			app.Use(logger.New(logger.Config{Output: cfg.Log, Format: "${status} | ${method} | ${path} | ${error}\n"}), recover.New(recover.Config{
+				EnableStackTrace: true,
+				StackTraceHandler: func(_ *fiber.Ctx, p any) {
+					_, _ = fmt.Fprintf(cfg.Log, "panic: %v\n", p)
+				},
+			}))
+		}
 		for _, rt := range routes {
 			h := httpHandler(rt.Handler)
 			if cfg.HandlerError != nil {

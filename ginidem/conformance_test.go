@@ -16,7 +16,8 @@ import (
 // adapter mounts each idemtest route natively: the middleware, then the
 // neutral handler through gin.WrapH.
 var adapter = idemtest.Adapter{
-	Name: "gin",
+	Name:         "gin",
+	FrameworkLog: true,
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
 		var opts []ginidem.Option
 		if cfg.NilOptions {
@@ -45,6 +46,9 @@ var adapter = idemtest.Adapter{
 			return "", err
 		}
 		r := gin.New()
+		if cfg.Log != nil {
+			r.Use(gin.LoggerWithWriter(cfg.Log), gin.RecoveryWithWriter(cfg.Log))
+		}
 		for _, rt := range routes {
 			h := gin.WrapH(rt.Handler)
 			if cfg.HandlerError != nil {

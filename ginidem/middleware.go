@@ -73,12 +73,14 @@ type exchange struct {
 	w       *writer
 	behind  bool // something wrote to gin's writer behind the capture
 	errOnly bool // the chain only called c.Error: no response
+	d       *core.Decision
 }
 
 func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	if d == nil {
 		return nil // Bypass: the chain goes on untouched after us
 	}
+	x.d = d
 	c := x.c
 	r := c.Request
 	d.RestoreBody(r)
@@ -117,9 +119,17 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	return nil
 }
 
-// Panicked puts the panic in c.Errors (private: for logging middleware,
-// never rendered by gin).
-func (x *exchange) Panicked(cause error) { _ = x.c.Error(cause) }
+// Panicked puts the panic (its value scrubbed of the key by core) in
+// c.Errors (private: for logging middleware, never rendered by gin). It
+// masks the key header of the request: when the response was already out,
+// the panic goes on up (http.ErrAbortHandler), and gin's Recovery prints
+// the request's headers.
+func (x *exchange) Panicked(cause error) {
+	_ = x.c.Error(cause)
+	if h := x.d.KeyHeader(); h != "" && len(x.c.Request.Header[h]) > 0 {
+		x.c.Request.Header[h] = []string{core.RedactKey(x.d.Key)}
+	}
+}
 
 func (x *exchange) Captured() core.Response {
 	res := x.rec.Result()

@@ -1,6 +1,7 @@
 package nethttpidem_test
 
 import (
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -50,7 +51,11 @@ var adapter = idemtest.Adapter{
 		for _, rt := range routes {
 			mux.Handle(rt.Method+" "+rt.Path, mw(rt.Handler))
 		}
-		srv := httptest.NewServer(mux)
+		srv := httptest.NewUnstartedServer(mux)
+		if cfg.Log != nil {
+			srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
+		}
+		srv.Start()
 		t.Cleanup(srv.Close)
 		return srv.URL, nil
 	},

@@ -52,10 +52,9 @@ func (s *store) start(ctx context.Context, name, scope string, attrs ...attribut
 // out one did.
 func (s *store) end(span trace.Span, scope, key string, err error) {
 	if err != nil {
-		msg := err.Error()
-		if key != "" {
-			msg = strings.ReplaceAll(msg, key, core.RedactKey(key))
-		}
+		// Every form of the key (quoted, escaped, hex), at any length:
+		// core's rule, the one the engine's logs follow.
+		msg := core.ScrubText(err.Error(), key)
 		if scope != "" && !s.t.cfg.scope {
 			msg = strings.ReplaceAll(msg, scope, "<scope>")
 		}

@@ -75,11 +75,9 @@ type cli struct {
 
 // fail prints err (with the key redacted) and returns code.
 func (c *cli) fail(code int, err error) int {
-	msg := err.Error()
-	if c.secret != "" {
-		msg = strings.ReplaceAll(msg, c.secret, core.RedactKey(c.secret))
-	}
-	fmt.Fprintln(c.stderr, "idemctl:", msg)
+	// Every form of the key (quoted, escaped), whatever its length:
+	// core's rule, the one idem's logs follow.
+	fmt.Fprintln(c.stderr, "idemctl:", core.ScrubText(err.Error(), c.secret))
 	return code
 }
 
@@ -105,7 +103,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("idemctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package echoes the argument it refuses, and a KEY starting
+	// with "-" is taken for a flag: its message is printed below, scrubbed.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of %s:\n", fs.Name())
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 	var com common
 	com.register(fs)
 	var (
@@ -137,7 +143,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.DurationVar(&com.margin, "margin", pgstore.DefaultRetentionMargin, "keep records this long past expiry (pgstore.WithRetentionMargin)")
 	case "stats":
 	default:
-		fmt.Fprintf(stderr, "idemctl: unknown command %q\n%s\n", cmd, usage)
+		// Not echoed: it may be a KEY given without a command.
+		fmt.Fprintf(stderr, "idemctl: unknown command (the first argument must be a command)\n%s\n", usage)
 		return exitUsage
 	}
 	// Flags may come before or after the key.
@@ -147,6 +154,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			if errors.Is(err, flag.ErrHelp) {
 				return exitOK
 			}
+			fmt.Fprintf(stderr, "idemctl %s: %s (a KEY that starts with \"-\" goes after \"--\", or on stdin as \"-\")\n",
+				cmd, scrubArgs(err.Error(), fs, args))
 			return exitUsage
 		}
 		if fs.NArg() == 0 {
@@ -260,4 +269,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // describe names a record for an error message, the key redacted.
 func describe(scope, key string) string {
 	return fmt.Sprintf("scope %q key %s", scope, core.RedactKey(key))
+}
+
+// scrubArgs scrubs msg (the flag package's error) of every argument that
+// is not one of fs's flags: any of them may be the KEY.
+func scrubArgs(msg string, fs *flag.FlagSet, args []string) string {
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && fs.Lookup(name) != nil {
+			continue
+		}
+		msg = core.ScrubText(msg, a)
+	}
+	return msg
 }

@@ -111,7 +111,7 @@ func (p *printer) record(r core.AdminRecord, steps map[string][]byte) int {
 		return p.emit(j)
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row := func(label, v string) { fmt.Fprintf(tw, "%s\t%s\n", label, v) }
 	row("scope", fmt.Sprintf("%q", j.Scope))
 	if j.Key != "" {
 		row("key", j.Key)
@@ -200,7 +200,7 @@ func (p *printer) records(rs []core.AdminRecord) int {
 			k = j.Key
 		}
 		lapsed := (-time.Duration(j.LeaseLeft * float64(time.Second))).Round(time.Millisecond)
-		fmt.Fprintf(tw, "%q\t%s\t%d\t%v\t%s\t%s %s\n", j.Scope, k, j.Token, lapsed, j.CreatedAt.UTC().Format(time.RFC3339), j.Method, j.Route)
+		fmt.Fprintf(tw, "%q\t%s\t%d\t%v\t%s\t%s %s\n", j.Scope, k, j.Token, lapsed, j.CreatedAt.UTC().Format(time.RFC3339), j.Method, j.Route) // idem:showkey (-show-keys)
 	}
 	_ = tw.Flush()
 	return exitOK

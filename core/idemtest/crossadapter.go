@@ -1,7 +1,6 @@
 package idemtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -203,91 +202,5 @@ func scRetryAfterOption(t *testing.T, e *env) {
 	problem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
 	if v := r.header.Get("Retry-After"); v != "3" {
 		t.Errorf("503 Retry-After = %q, want 3 (WithRetryAfter)", v)
-	}
-}
-
-// sentinelKey is a key no log line, event error, error-handler error or
-// problem body may contain.
-const sentinelKey = "SENTINEL-7f3a9c1e-idem-key-must-never-leak"
-
-// scSentinelKey drives one sentinel key down every error path an adapter
-// and a store have (store down with an error quoting the key, commit
-// failure quoting it, lease lost, payload mismatch, in flight, scope
-// error, handler panic and error) with the engine logging everything, and
-// fails if the key appears anywhere.
-func scSentinelKey(t *testing.T, e *env) {
-	var c capture
-	opts := append(c.options(), core.WithLease(time.Second))
-	saw := func(err error) { c.err(err) }
-	check := func(what string, r *result) {
-		t.Helper()
-		if r != nil && bytes.Contains(r.body, []byte(sentinelKey)) {
-			t.Errorf("%s: the key is in the response body: %s", what, r.body)
-		}
-	}
-	var n atomic.Int64
-	g := newGate()
-	e.openOnCleanup(g)
-	routes := []Route{
-		{"POST", "/pay", payHandler(&n)},
-		{"POST", "/slow", blockingPayHandler(&n, g)},
-		{"POST", "/panic", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("idemtest: deliberate panic") })},
-	}
-	tenant := e.tenant("s")
-	pay := call{method: "POST", path: "/pay", key: sentinelKey, tenant: tenant, body: payBody}
-
-	// Store down, its error quoting the key.
-	down := FailingStore{Err: fmt.Errorf("connection lost while claiming %q", sentinelKey)}
-	if err := e.startConfig(Config{ErrorHandlerSaw: saw}, routes, func(s core.Store) core.Store { down.Store = s; return down }, opts...); err != nil {
-		t.Fatal(err)
-	}
-	check("store down", e.do(pay))
-	// Commit failure quoting the key, then lease lost (the store's own error).
-	for _, lost := range []bool{false, true} {
-		if err := e.startConfig(Config{ErrorHandlerSaw: saw}, routes, func(s core.Store) core.Store { return failComplete{Store: s, leaseLost: lost} }, opts...); err != nil {
-			t.Fatal(err)
-		}
-		check("commit failure", e.do(pay))
-	}
-	// A healthy store: first, replay, mismatch, in flight, panic, scope error.
-	if err := e.startConfig(Config{ErrorHandlerSaw: saw}, routes, nil, opts...); err != nil {
-		t.Fatal(err)
-	}
-	check("first", e.do(pay))
-	check("replay", e.do(pay))
-	check("mismatch", e.do(call{method: "POST", path: "/pay", key: sentinelKey, tenant: tenant, body: `{"amount":5}`}))
-	slow := call{method: "POST", path: "/slow", key: sentinelKey, tenant: e.tenant("slow"), body: payBody}
-	done := make(chan *result, 1)
-	go func() {
-		r, err := e.send(slow)
-		if err != nil {
-			t.Errorf("slow: %v", err)
-		}
-		done <- r
-	}()
-	if !g.waitEntered(waitTimeout) {
-		t.Fatal("slow handler never started")
-	}
-	check("in flight", e.do(slow))
-	g.Open()
-	check("slow", <-done)
-	if r, err := e.send(call{method: "POST", path: "/panic", key: sentinelKey, tenant: tenant, body: payBody}); err == nil {
-		check("panic", r)
-	}
-	if err := e.startConfig(Config{ScopeErr: fmt.Errorf("no session for key %s", sentinelKey), ErrorHandlerSaw: saw}, routes, nil, opts...); err != nil {
-		t.Fatal(err)
-	}
-	check("scope error", e.do(pay))
-
-	out := c.String()
-	if strings.Contains(out, sentinelKey) {
-		for _, line := range strings.Split(out, "\n") {
-			if strings.Contains(line, sentinelKey) {
-				t.Errorf("the raw key leaked: %s", line)
-			}
-		}
-	}
-	if !strings.Contains(out, "idem:") {
-		t.Errorf("nothing was logged; the test proves nothing:\n%s", out)
 	}
 }

@@ -41,9 +41,13 @@
 // logged, a silent error handler still yields the problem response, a
 // failed commit answers 503 instead of the handler's response, a handler
 // error goes through the outcome policy (never a 2xx, retryable), nil
-// options are harmless, Retry-After follows core.WithRetryAfter, and a
-// sentinel key sent down every error path never appears in a log line, an
-// event's error, an error handler's error or a response body.
+// options are harmless, Retry-After follows core.WithRetryAfter, and the
+// sentinel keys (SentinelKeys: 1 and 255 bytes, quotes, backslashes,
+// non-ASCII) sent down every error path (store errors, panics, scope and
+// handler errors) never appear, in any escaped form (KeyLeaks), in a log
+// line, an event's error, an error handler's error, a response, or the
+// framework's own logger and panic recovery (Config.Log; set
+// Adapter.FrameworkLog when ServeConfig mounts them).
 //
 // Requirements on ServeConfig (and Serve, its older form without Config):
 //   - It serves every route (method and path exactly as given; paths have

@@ -47,6 +47,10 @@ type Adapter struct {
 	// error other than writing a response (net/http); the handler-error
 	// scenario checks nothing then.
 	NoHandlerErrors bool
+	// FrameworkLog: ServeConfig honours Config.Log with the framework's
+	// request logger, which writes a line per request (the sentinel
+	// scenario then requires that it wrote something).
+	FrameworkLog bool
 }
 
 // Config varies how ServeConfig builds the adapter's middleware. The zero
@@ -70,6 +74,13 @@ type Config struct {
 	// the framework's way (gin: c.Error; echo, fiber: return it) and writes
 	// nothing.
 	HandlerError error
+	// Log, when set, receives the framework's own logging, mounted the way
+	// the framework teaches, outside the idem middleware: its request
+	// logger (gin.LoggerWithWriter, echo's middleware.Logger, fiber's
+	// logger), its panic recovery (gin.RecoveryWithWriter, echo's Recover,
+	// fiber's recover) and the server's error log (net/http). The sentinel
+	// scenario searches it for keys.
+	Log io.Writer
 }
 
 // ScopeHeader is the request header the adapter's scope option must read:

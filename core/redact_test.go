@@ -1,0 +1,64 @@
+package core
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestScrubText: every form of the key goes, at every key length; short
+// forms only where they stand alone, so messages stay readable.
+func TestScrubText(t *testing.T) {
+	jsonOf := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	long := `k"\'<>&` + strings.Repeat("x", MaxKeyBytes-8) + "9"
+	cases := []struct {
+		name, key, in, want string
+	}{
+		{"verbatim", "abcdefgh-1", "claim abcdefgh-1 failed", "claim ~ failed"},
+		{"inside a word, long", "abcdefgh-1", "xabcdefgh-1x", "x~x"},
+		{"go quoted", `ab"cd\ef`, fmt.Sprintf("key %q", `ab"cd\ef`), `key "~"`},
+		{"go quoted twice", `ab"cd\ef`, fmt.Sprintf("%q", fmt.Sprintf("key %q", `ab"cd\ef`)), `"key \"~\""`},
+		{"json", `a<b>&"c\d`, "key " + jsonOf(`a<b>&"c\d`), `key "~"`},
+		{"sql doubled", `it's-a-key`, `WHERE k = 'it''s-a-key'`, `WHERE k = '~'`},
+		{"mysql backslash", `it's\a"key`, `Duplicate entry 'it\'s\\a\"key' for key 'PRIMARY'`, `Duplicate entry '~' for key 'PRIMARY'`},
+		{"url", "a b/c?d", "GET /x?k=a+b%2Fc%3Fd", "GET /x?k=~"},
+		{"hex", "key-1234", "bytes " + hex.EncodeToString([]byte("key-1234")), "bytes ~"},
+		{"hex upper", "key-1234", "0x" + strings.ToUpper(hex.EncodeToString([]byte("key-1234"))), "0x~"},
+		{"1 byte alone", "a", `abort: key "a" (a) key=a`, `abort: key "~" (~) key=~`},
+		{"1 byte in words", "a", "abort a banana", "abort ~ banana"},
+		{"short with punctuation", `Z"\9`, `key "Z\"\\9" raw Z"\9.`, `key "~" raw ~.`},
+		{"short key in a word", "ab1", "cab1 ab1x ab1", "cab1 ab1x ~"},
+		{"short hex is a number", "Q", "file.go:51 +0x51", "file.go:51 +0x51"},
+		{"255 bytes", long, "a " + fmt.Sprintf("%q", long) + " b " + jsonOf(long), `a "~" b "~"`},
+		{"absent", "missing-key", "nothing here", "nothing here"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want := strings.ReplaceAll(tc.want, "~", RedactKey(tc.key))
+			if got := ScrubText(tc.in, tc.key); got != want {
+				t.Errorf("ScrubText(%q, %q)\n got %q\nwant %q", tc.in, tc.key, got, want)
+			}
+		})
+	}
+}
+
+func TestScrubError(t *testing.T) {
+	base := errors.New("store down")
+	err := fmt.Errorf("claim %q: %w", "k", base)
+	got := ScrubError(err, "k")
+	if strings.Contains(got.Error(), `"k"`) || !strings.Contains(got.Error(), RedactKey("k")) {
+		t.Errorf("ScrubError = %q", got)
+	}
+	if !errors.Is(got, base) {
+		t.Errorf("ScrubError hides the chain")
+	}
+	if clean := errors.New("nothing"); ScrubError(clean, "k") != clean {
+		t.Errorf("ScrubError wrapped an error without the key")
+	}
+	if ScrubError(nil, "k") != nil || ScrubError(err, "") != err {
+		t.Errorf("nil error or empty key not passed through")
+	}
+}
