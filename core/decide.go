@@ -39,6 +39,12 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		return e.reject(ctx, route, ProblemInvalidKey, err.Error(), nil), nil
 	}
 	scope, err := e.scopeOf(ctx, &req)
+	if err == nil && scope == "" && !e.cfg.sharedKeySpace {
+		// No tenant, however it came about (no Request.Scope, or a scope
+		// function answering ("", nil)): the "" key space is shared by
+		// every such request, so it is refused unless the engine opted in.
+		err = ErrNoScope
+	}
 	if err != nil {
 		// The scope function's error says why (no session, auth backend
 		// down): logged and in the event, never in the answer.
@@ -209,9 +215,6 @@ func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
 	if e.cfg.defaultScope {
 		if req.ScopeFunc != nil {
 			return req.ScopeFunc(ctx)
-		}
-		if req.Scope == "" && !e.cfg.sharedKeySpace {
-			return "", ErrNoScope
 		}
 		return req.Scope, nil
 	}

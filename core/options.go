@@ -195,15 +195,17 @@ func WithCanonicalJSON(on bool) Option {
 // sending the same key never share a record.
 //
 // Default: the adapter's scope option (it sets Request.ScopeFunc), else
-// Request.Scope. A request that has neither is refused with 401 (ErrNoScope)
-// unless WithSharedKeySpace is set: idem fails closed on tenancy. A nil f is
-// an error from New.
+// Request.Scope. A request that has neither, or whose scope function
+// answers ("", nil), is refused with 401 (ErrNoScope; nothing is claimed,
+// the handler does not run) unless WithSharedKeySpace is set: idem fails
+// closed on tenancy. A nil f is an error from New.
 func WithScope(f ScopeFunc) Option {
 	return optionFunc(func(c *config) { c.scope, c.defaultScope = f, false })
 }
 
-// WithSharedKeySpace puts every request that names no tenant into one key
-// space shared by all clients (scope ""). The risk: client B sending client
+// WithSharedKeySpace puts every request that names no tenant (no scope
+// function, or one answering "") into one key space shared by all clients
+// (scope ""). The risk: client B sending client
 // A's key with the same request gets A's stored response, and keys are often
 // guessable (order ids, timestamps). Use it only when one process serves one
 // client (a single-tenant service, a job runner, a demo), or when the key
