@@ -129,7 +129,9 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 		if res.Claimed {
 			d.Outcome = Proceed
-			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store, fresh: res.Fresh}}
+			rec := &res.Record
+			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: rec.Token}, store: e.store, fresh: res.Fresh,
+				born: rec.CreatedAt, fp: rec.Fingerprint, legacy: e.legacyRelay(rec.CreatedAt)}}
 			d.lease = &d.own.lease
 			d.startHeartbeat(sent)
 			e.observe(Event{Kind: EventClaim, Scope: scope, Route: route, Duration: took})
