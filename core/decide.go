@@ -46,6 +46,12 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		return e.reject(ctx, route, ProblemInvalidKey, err.Error(), nil), nil
 	}
 	scope, err := e.scopeOf(ctx, &req)
+	if err == nil && scope == "" && !e.cfg.sharedKeySpace {
+		// No tenant, however it came about (no Request.Scope, or a scope
+		// function answering ("", nil)): the "" key space is shared by
+		// every such request, so it is refused unless the engine opted in.
+		err = ErrNoScope
+	}
 	if err != nil {
 		// The scope function's error says why (no session, auth backend
 		// down): logged and in the event, never in the answer.
@@ -138,7 +144,9 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		}
 		if res.Claimed {
 			d.Outcome = Proceed
-			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: res.Record.Token}, store: e.store, fresh: res.Fresh}}
+			rec := &res.Record
+			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: rec.Token}, store: e.store, fresh: res.Fresh,
+				born: rec.CreatedAt, fp: rec.Fingerprint, legacy: e.legacyRelay(rec.CreatedAt)}}
 			d.lease = &d.own.lease
 			d.startHeartbeat(sent)
 			e.observe(Event{Kind: EventClaim, Scope: scope, Route: route, Duration: took})
@@ -224,9 +232,6 @@ func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
 	if e.cfg.defaultScope {
 		if req.ScopeFunc != nil {
 			return req.ScopeFunc(ctx)
-		}
-		if req.Scope == "" && !e.cfg.sharedKeySpace {
-			return "", ErrNoScope
 		}
 		return req.Scope, nil
 	}

@@ -714,7 +714,9 @@ func TestRelayKey(t *testing.T) {
 	req.Scope = "s"
 	d := proceed(t, eng, req)
 	first := core.RelayKey(d.Context(context.Background()), "stripe")
-	assert.Equal(t, base, first)
+	rec, err := eng.Store().Get(context.Background(), "s", "k")
+	require.NoError(t, err)
+	assert.Equal(t, eng.RelayKeyOf(rec, "stripe"), first, "the relay key of the record (relaykey_test.go)")
 	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: 502}))
 	req.Body = strings.NewReader(payBody)
 	d = proceed(t, eng, req)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -14,6 +15,12 @@ type Lease struct {
 	store Store
 	// fresh: the claim created the record, so it has no steps (step.go).
 	fresh bool
+	// born and fp are the record's CreatedAt and fingerprint: its
+	// incarnation, which relay keys derive from. legacy: the record was
+	// created before WithLegacyRelayKeysBefore, its relay keys are v1.
+	born   time.Time
+	fp     string
+	legacy bool
 
 	mu   sync.Mutex
 	vals map[any]any
@@ -81,7 +88,9 @@ func ContextWithLease(ctx context.Context, l *Lease) context.Context {
 }
 
 // NewLease builds a lease for tests of stores that attach resources to it.
-// The engine builds its own.
+// The engine builds its own. It names no record, so RelayKey derives from
+// (scope, key) and an empty incarnation; Engine.RelayKeyOf gives the key
+// the engine relays for a record.
 func NewLease(s Store, f Fence) *Lease { return &Lease{fence: f, store: s} }
 
 // KeyFromContext returns the idempotency key of the request the handler is
@@ -95,24 +104,69 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 }
 
 // RelayKey returns a key for one downstream call (label names it, e.g.
-// "stripe-charge"), derived deterministically from (scope, key, label): a
-// retry of the same request, even one run by another instance after a
-// takeover, sends the provider the same key, so the provider deduplicates it.
-// It returns "" when ctx carries no lease.
+// "stripe-charge"), derived deterministically from (scope, key, label) and
+// the record's incarnation (when it was created, and its fingerprint): every
+// attempt at one record (a retry after a failure, a takeover by another
+// instance after its owner died) sends the provider the same key, so the
+// provider deduplicates it; a new record under the same key (the old one
+// expired or was swept) sends another, so the provider does not answer a
+// new payment with the old charge. It returns "" when ctx carries no lease.
+//
+// Records created before WithLegacyRelayKeysBefore keep the keys of earlier
+// releases, derived from (scope, key, label) alone.
 func RelayKey(ctx context.Context, label string) string {
 	l, ok := LeaseFromContext(ctx)
 	if !ok {
 		return ""
 	}
-	return relayKey(l.fence.Scope, l.fence.Key, label)
+	if l.legacy {
+		return relayKeyV1(l.fence.Scope, l.fence.Key, label)
+	}
+	return relayKeyV2(l.fence.Scope, l.fence.Key, l.born, l.fp, label)
 }
 
-func relayKey(scope, key, label string) string {
+// RelayKeyOf returns the relay key RelayKey gives, under label, to the
+// handler of every execution of r: for operators matching a record with
+// the provider's records (which charge did this key make?), and for tests.
+func (e *Engine) RelayKeyOf(r Record, label string) string {
+	if e.legacyRelay(r.CreatedAt) {
+		return relayKeyV1(r.Scope, r.Key, label)
+	}
+	return relayKeyV2(r.Scope, r.Key, r.CreatedAt, r.Fingerprint, label)
+}
+
+// legacyRelay reports a record created before WithLegacyRelayKeysBefore.
+func (e *Engine) legacyRelay(born time.Time) bool {
+	return !e.cfg.legacyRelayBefore.IsZero() && born.Before(e.cfg.legacyRelayBefore)
+}
+
+// relayKeyV1 is the relay key of releases before per-record keys: it
+// survived its record, so a key reused after expiry relayed the old
+// payment's key. Kept, bit for bit, for WithLegacyRelayKeysBefore.
+func relayKeyV1(scope, key, label string) string {
 	x := newHasher()
 	defer x.release()
 	x.field("idem-relay-v1")
 	x.field(scope)
 	x.field(key)
+	x.field(label)
+	return x.hexSum("idem_", 20)
+}
+
+// relayKeyV2 adds the record's incarnation: its CreatedAt, in microseconds
+// (what SQL stores keep; every store returns the same instant from the
+// claim that created the record, from each takeover and from Get, which
+// core/storetest checks), and its fingerprint (every attempt at one record
+// has the same; it also tells two records apart should a store's clock
+// step back to the very microsecond).
+func relayKeyV2(scope, key string, born time.Time, fp, label string) string {
+	x := newHasher()
+	defer x.release()
+	x.field("idem-relay-v2")
+	x.field(scope)
+	x.field(key)
+	x.field(strconv.FormatInt(born.UnixMicro(), 10))
+	x.field(fp)
 	x.field(label)
 	return x.hexSum("idem_", 20)
 }

@@ -86,6 +86,8 @@ type config struct {
 	stepsRequired  bool // step.go
 	retryAfter     time.Duration
 	problemBaseURI string
+	// legacyRelayBefore: WithLegacyRelayKeysBefore (lease.go).
+	legacyRelayBefore time.Time
 }
 
 func defaultConfig() config {
@@ -195,15 +197,17 @@ func WithCanonicalJSON(on bool) Option {
 // sending the same key never share a record.
 //
 // Default: the adapter's scope option (it sets Request.ScopeFunc), else
-// Request.Scope. A request that has neither is refused with 401 (ErrNoScope)
-// unless WithSharedKeySpace is set: idem fails closed on tenancy. A nil f is
-// an error from New.
+// Request.Scope. A request that has neither, or whose scope function
+// answers ("", nil), is refused with 401 (ErrNoScope; nothing is claimed,
+// the handler does not run) unless WithSharedKeySpace is set: idem fails
+// closed on tenancy. A nil f is an error from New.
 func WithScope(f ScopeFunc) Option {
 	return optionFunc(func(c *config) { c.scope, c.defaultScope = f, false })
 }
 
-// WithSharedKeySpace puts every request that names no tenant into one key
-// space shared by all clients (scope ""). The risk: client B sending client
+// WithSharedKeySpace puts every request that names no tenant (no scope
+// function, or one answering "") into one key space shared by all clients
+// (scope ""). The risk: client B sending client
 // A's key with the same request gets A's stored response, and keys are often
 // guessable (order ids, timestamps). Use it only when one process serves one
 // client (a single-tenant service, a job runner, a demo), or when the key
@@ -263,6 +267,21 @@ func WithCommitTimeout(d time.Duration) Option {
 // Default: 1s.
 func WithRetryAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryAfter = d })
+}
+
+// WithLegacyRelayKeysBefore keeps, for records created before t (by the
+// store's clock), the relay keys (RelayKey) of releases before relay keys
+// were per record: derived from (scope, key, label) alone. It is for an
+// upgrade: a record an earlier release created, retried after the upgrade,
+// must relay the key its first attempt sent, or the provider charges twice.
+// Set t, the same instant on every instance, to when no instance of the
+// earlier release will run any more (the rollout's end, plus a margin): until
+// then old and new instances relay the same keys; records created from t on
+// get per-record keys. Keep it while records created before t may still be
+// retried (their retention). Default: none, every record's keys are per
+// record.
+func WithLegacyRelayKeysBefore(t time.Time) Option {
+	return optionFunc(func(c *config) { c.legacyRelayBefore = t })
 }
 
 // WithProblemBaseURI sets the prefix of problem `type` URIs.

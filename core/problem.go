@@ -23,7 +23,7 @@ const (
 	ProblemBodyTooLarge     = "body-too-large"    // 413: the request body exceeds the limit
 	ProblemBodyUnreadable   = "body-unreadable"   // 400: the request body could not be read
 	ProblemStoreUnavailable = "store-unavailable" // 503: the store could not be reached, or the outcome not recorded
-	ProblemScopeUnavailable = "scope-unavailable" // 401: the request's tenant could not be determined
+	ProblemScopeUnavailable = "scope-unavailable" // 401: the tenant could not be determined (scope function failed, or named none)
 	ProblemHandlerPanic     = "handler-panic"     // 500: the handler panicked; the key may be retried
 	ProblemHandlerError     = "handler-error"     // 500: the handler failed and wrote no response
 	ProblemCanceled         = "request-canceled"  // 499: the client went away before the claim

@@ -417,3 +417,141 @@ func TestTenancyLogsRedactKeysAndBodies(t *testing.T) {
 		})
 	}
 }
+
+// TestTenancyEmptyScopeFailsClosed: a scope function that answers ("", nil)
+// (a header read blindly, a session without a user) must not put the
+// request into the "" key space shared by every other such request: it is
+// refused like a request with no scope (401 scope-unavailable), the handler
+// does not run and nothing is claimed, unless the engine opted into one
+// shared key space.
+func TestTenancyEmptyScopeFailsClosed(t *testing.T) {
+	empty := func(context.Context) (string, error) { return "", nil }
+	for _, c := range []struct {
+		name string
+		opts []core.Option
+		req  func(core.Request) core.Request
+	}{
+		{"Request.ScopeFunc", nil, func(r core.Request) core.Request { r.ScopeFunc = empty; return r }},
+		{"core.WithScope", []core.Option{core.WithScope(func(context.Context, *core.Request) (string, error) { return "", nil })},
+			func(r core.Request) core.Request { return r }},
+	} {
+		t.Run("engine/"+c.name, func(t *testing.T) {
+			store := memstore.New()
+			var events []core.Event
+			eng, err := core.New(store, append([]core.Option{core.WithObserver(func(ev core.Event) { events = append(events, ev) })}, c.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := c.req(core.Request{Method: http.MethodPost, Route: "/pay", Target: "/pay",
+				Header: http.Header{"Idempotency-Key": {"k-empty"}}, Body: strings.NewReader("{}")})
+			d, err := eng.Decide(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			status := 0
+			if d.Response != nil {
+				status = d.Response.Status
+			}
+			if d.Outcome != core.Reject || d.Problem != core.ProblemScopeUnavailable || status != http.StatusUnauthorized {
+				t.Errorf("empty scope: outcome %v problem %q status %d, want reject %q 401",
+					d.Outcome, d.Problem, status, core.ProblemScopeUnavailable)
+			}
+			if d.Outcome == core.Proceed {
+				_ = eng.Abort(context.Background(), d, nil)
+			}
+			if n := store.Len(); n != 0 {
+				t.Errorf("%d records claimed for an empty scope", n)
+			}
+			if len(events) != 1 || events[0].Kind != core.EventRejected || !errors.Is(events[0].Err, core.ErrNoScope) {
+				t.Errorf("events %+v, want one rejection carrying ErrNoScope", events)
+			}
+
+			// Opted into one shared key space: "" is then a scope like any other.
+			shared, err := core.New(memstore.New(), append([]core.Option{core.WithSharedKeySpace()}, c.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req = c.req(core.Request{Method: http.MethodPost, Route: "/pay", Target: "/pay",
+				Header: http.Header{"Idempotency-Key": {"k-empty"}}, Body: strings.NewReader("{}")})
+			d, err = shared.Decide(context.Background(), req)
+			if err != nil || d.Outcome != core.Proceed || d.Scope != "" {
+				t.Fatalf("WithSharedKeySpace: outcome %v scope %q err %v, want proceed in scope \"\"", d.Outcome, d.Scope, err)
+			}
+			if err := shared.Abort(context.Background(), d, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+
+	// Through nethttpidem, with the scope function a careless service
+	// writes: the header, whatever it holds. Two anonymous clients sending
+	// the same key must not share a record (the second would get the
+	// first's response).
+	t.Run("nethttpidem", func(t *testing.T) {
+		for _, sharedSpace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("shared=%v", sharedSpace), func(t *testing.T) {
+				store := memstore.New()
+				var opts []core.Option
+				if sharedSpace {
+					opts = append(opts, core.WithSharedKeySpace())
+				}
+				eng, err := core.New(store, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				runs := 0
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					runs++
+					mu.Unlock()
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprintf(w, `{"secret":%q}`, r.Header.Get("X-Secret"))
+				})
+				mw, err := nethttpidem.New(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+					return r.Header.Get("X-User-ID"), nil
+				}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("POST /pay", mw(h))
+				srv := httptest.NewServer(mux)
+				defer srv.Close()
+				post := func(secret string) (int, string, string) {
+					req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+					req.Header.Set("Idempotency-Key", "anon-key")
+					req.Header.Set("X-Secret", secret)
+					resp, err := srv.Client().Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer resp.Body.Close()
+					b, _ := io.ReadAll(resp.Body)
+					var p core.Problem
+					_ = json.Unmarshal(b, &p)
+					return resp.StatusCode, p.Type, string(b)
+				}
+				s1, typ1, _ := post("first-client")
+				s2, typ2, body2 := post("second-client")
+				if sharedSpace {
+					// The documented risk of the opt-in: the second gets the first's response.
+					if s1 != 201 || s2 != 201 || !strings.Contains(body2, "first-client") || runs != 1 {
+						t.Errorf("shared key space: %d then %d %s, %d runs", s1, s2, body2, runs)
+					}
+					return
+				}
+				want := core.ProblemBaseURI + core.ProblemScopeUnavailable
+				if s1 != 401 || typ1 != want || s2 != 401 || typ2 != want {
+					t.Errorf("empty scope: %d %q then %d %q, want 401 %q", s1, typ1, s2, typ2, want)
+				}
+				if strings.Contains(body2, "first-client") {
+					t.Errorf("the second anonymous client got the first's response: %s", body2)
+				}
+				if runs != 0 || store.Len() != 0 {
+					t.Errorf("handler ran %d times, %d records stored", runs, store.Len())
+				}
+			})
+		}
+	})
+}

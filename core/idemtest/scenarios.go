@@ -2,7 +2,6 @@ package idemtest
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -569,7 +568,11 @@ func scHandlerSeesBodyAndKey(t *testing.T, e *env) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("status = %d, want 201; %v", r.status, r)
 	}
-	relay := core.RelayKey(core.ContextWithLease(context.Background(), core.NewLease(nil, core.Fence{Scope: tenant, Key: key})), "provider")
+	rec, err := e.record(tenant, key)
+	if err != nil {
+		t.Fatalf("store.Get: %v", err)
+	}
+	relay := e.eng.RelayKeyOf(rec, "provider") // per record: core.RelayKey
 	want := fmt.Sprintf("err=<nil>\nkey=%s ok=true\nrelay=%s\nbody=%s", key, relay, body)
 	if string(r.body) != want {
 		t.Errorf("handler saw:\n%s\nwant:\n%s", trunc(r.body), trunc([]byte(want)))

@@ -43,6 +43,16 @@
 //     still owned by its token: its owner may heartbeat and complete it.
 //   - Get of an expired record is not checked: a store may return it or
 //     report core.ErrNotFound.
+//   - CreatedAt names the record's incarnation (core.RelayKey derives
+//     from it): the claim that creates a record, every takeover of it, its
+//     replays and Get return the very same instant (compared with Equal,
+//     so a store returns what it keeps, e.g. microseconds); a record
+//     created again after expiry, or after Sweep (core.Admin) or Purge
+//     deleted it, gets a new, later one. Group "RelayKey" checks the
+//     consequence through the engine: one relay key for every attempt at
+//     a record (after a failure, after its owner died), another for a new
+//     record under the same key and body. The after-sweep case skips when
+//     the store has no sweep, or keeps expired records for a margin.
 //
 // A store that also implements the optional core.Watcher is checked to wake
 // a watch on each change a waiting duplicate acts on (claim, Fail, takeover,

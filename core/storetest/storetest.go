@@ -113,7 +113,9 @@ func Run(t *testing.T, newStore func(tb testing.TB) core.Store) {
 			{"WakesOnChange", testWatcherWakes},
 			{"DoneContext", testWatcherDoneContext},
 		}},
-		{"Steps", stepCases}, // steps.go
+		{"Steps", stepCases},              // steps.go
+		{"Incarnation", incarnationCases}, // incarnation.go
+		{"RelayKey", relayCases},          // incarnation.go
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -258,11 +258,13 @@ func isLetters(s string) bool {
 	return true
 }
 
-// paymentID derives the payment's ID from (user, key) with core.RelayKey:
-// a re-run of the same request (after a provider failure, or by another
-// instance after a takeover) books under the same ID, which the ledger's
-// primary key then refuses to book twice — a third wall behind idem's
-// record and the provider's deduplication.
+// paymentID derives the payment's ID from the idem record with
+// core.RelayKey (scope, key and the record's incarnation): a re-run of the
+// same request (after a provider failure, or by another instance after a
+// takeover) books under the same ID, which the ledger's primary key then
+// refuses to book twice — a third wall behind idem's record and the
+// provider's deduplication. A key reused after its record expired is a new
+// payment: a new record, hence a new ID (and a new relayed charge key).
 func paymentID(ctx context.Context) string {
 	if k := core.RelayKey(ctx, "payment"); k != "" {
 		return "pay_" + strings.TrimPrefix(k, "idem_")[:24]

@@ -756,9 +756,18 @@ func Run(t *testing.T, cfg Config, b Backend) {
 	}
 	prov.mu.Lock()
 	charges := len(prov.charges)
-	chargeOf := func(user, key string) (string, int) {
-		relay := core.RelayKey(core.ContextWithLease(context.Background(),
-			core.NewLease(nil, core.Fence{Scope: user, Key: key})), "charge")
+	// Relay keys are per record (core.RelayKey): find the one that made
+	// the 201's charge. That every key was charged at most once is the
+	// count of charges against the keys, below.
+	relayOf := make(map[string]string, len(prov.charges))
+	for relay, ch := range prov.charges {
+		relayOf[ch] = relay
+	}
+	chargeOf := func(chargeID string) (string, int) {
+		relay, ok := relayOf[chargeID]
+		if !ok {
+			return "", 0
+		}
 		return prov.charges[relay], prov.calls[relay]
 	}
 	perUser := map[string]int{}
@@ -779,7 +788,7 @@ func Run(t *testing.T, cfg Config, b Backend) {
 		case r.User != ks.user || r.Charge != p.ProviderChargeID:
 			fail.errorf("%s/%s: ledger row %+v does not match the 201 %s", ks.user, ks.key, r, ks.body201)
 		}
-		ch, calls := chargeOf(ks.user, ks.key)
+		ch, calls := chargeOf(p.ProviderChargeID)
 		if ch == "" || ch != p.ProviderChargeID {
 			fail.errorf("%s/%s: provider charge %q, 201 says %q", ks.user, ks.key, ch, p.ProviderChargeID)
 		}
