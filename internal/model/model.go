@@ -79,6 +79,10 @@ type Input struct {
 	// Tx: Complete or Fail ran in the lease's business transaction after
 	// a ledger write under Tok (pgstore.Tx).
 	Tx bool
+	// Ended: the handler ended that transaction itself before Complete or
+	// Fail (`defer tx.Rollback()`): its ledger write rolled back, so a
+	// Complete must not record the response (mysqlstore.Tx).
+	Ended bool `json:",omitempty"`
 }
 
 // Result is what a call answered.
@@ -93,9 +97,14 @@ const (
 	NotFound         // Get: core.ErrNotFound
 	Refused          // Release: ErrLeaseLive, ErrLeaseLost or ErrNotFound: nothing changed
 	Unknown
+	// NotCommitted: Complete answered core.ErrNotCommitted (the handler
+	// ended its transaction and its writes rolled back): the response is
+	// not recorded and, if the token still owns the key, the key may have
+	// been released (the store's best-effort fenced fail).
+	NotCommitted
 )
 
-var resultNames = [...]string{"ok", "lease-lost", "not-found", "refused", "unknown"}
+var resultNames = [...]string{"ok", "lease-lost", "not-found", "refused", "unknown", "not-committed"}
 
 func (r Result) String() string {
 	if int(r) < len(resultNames) {
@@ -276,7 +285,20 @@ func step(s State, in Input, out Output) []State {
 		case SaveStep:
 			n.steps[in.Step] = in.Val
 		}
+		if in.Ended && in.Kind == Complete && out.Res == OK {
+			return nil // recorded a response whose writes rolled back
+		}
 		switch out.Res {
+		case NotCommitted:
+			if in.Kind != Complete || !in.Ended {
+				return nil
+			}
+			if !owned {
+				return []State{s}
+			}
+			f := r
+			f.status, f.live = core.StatusFailed, false
+			return maybe(f)
 		case Unknown:
 			if !owned || in.Kind == LoadSteps {
 				return maybe()
@@ -286,6 +308,9 @@ func step(s State, in Input, out Output) []State {
 				// fenced fail (the business writes were rolled back).
 				f := r
 				f.status, f.live = core.StatusFailed, false
+				if in.Ended {
+					return maybe(f) // the writes rolled back: never recorded
+				}
 				return maybe(n, f)
 			}
 			return maybe(n)
@@ -474,6 +499,9 @@ func Describe(in Input, out Output) string {
 	}
 	if in.Tx {
 		b.WriteString(", tx")
+	}
+	if in.Ended {
+		b.WriteString(", handler-ended")
 	}
 	fmt.Fprintf(&b, ") -> %s", out.Res)
 	if out.Res != OK {
