@@ -14,6 +14,17 @@
 -- When the key is not claimable nothing is written and the answer is one
 -- read, as before. Still one CALL and one result per claim.
 --
+-- A takeover of a lapsed lease also reads the commit mark of the token it
+-- would take over from (mysqlstore.Tx, migration 0005): present, the
+-- previous owner's handler committed the lease transaction itself and its
+-- process died before Complete, so its writes are in the database. Taking
+-- over would run them again; the record is completed as not retained
+-- instead (a 500 nobody kept; retries answer 409 not-retained), as Fail
+-- does when it finds the mark. The read does not lock: a mark still in
+-- flight (a live handler past its lease) is not waited for, and that
+-- handler gave up the fence when it committed. Costs one primary-key read
+-- on takeovers only.
+--
 -- 0002's and 0003's procedures stay: binaries of the previous versions
 -- still call them during a rolling deploy.
 CREATE PROCEDURE {{.ClaimProcV3}}(
@@ -31,6 +42,9 @@ BEGIN
   DECLARE v_now  DATETIME(6) DEFAULT UTC_TIMESTAMP(6) + INTERVAL p_offset MICROSECOND;
   DECLARE v_tok  BIGINT DEFAULT NULL;
   DECLARE v_hold INT DEFAULT 0;
+  DECLARE v_prev BIGINT DEFAULT NULL; -- the lapsed lease a takeover would end
+  DECLARE v_mark INT DEFAULT 0;
+  DECLARE v_done INT DEFAULT 0;
   -- The answer read in the transaction (see above).
   DECLARE a_method      VARBINARY(64);
   DECLARE a_route       VARBINARY(2048);
@@ -53,14 +67,31 @@ BEGIN
     RESIGNAL;
   END;
 
-  SELECT COUNT(*) INTO v_hold FROM {{.Table}} r
-  WHERE r.scope = p_scope AND r.`key` = p_key
-    AND NOT ((r.expires_at <= v_now AND NOT (r.status = 'processing' AND r.locked_until > v_now))
-          OR (r.method = p_method AND r.route = p_route AND r.fingerprint = p_fingerprint
-              AND (r.status = 'failed' OR (r.status = 'processing' AND r.locked_until <= v_now))));
+  SELECT COALESCE(SUM(NOT ((r.expires_at <= v_now AND NOT (r.status = 'processing' AND r.locked_until > v_now))
+                 OR (r.method = p_method AND r.route = p_route AND r.fingerprint = p_fingerprint
+                     AND (r.status = 'failed' OR (r.status = 'processing' AND r.locked_until <= v_now))))), 0),
+         MAX(IF(r.status = 'processing' AND r.locked_until <= v_now AND r.expires_at > v_now
+                AND r.method = p_method AND r.route = p_route AND r.fingerprint = p_fingerprint, r.token, NULL))
+    INTO v_hold, v_prev
+  FROM {{.Table}} r
+  WHERE r.scope = p_scope AND r.`key` = p_key;
 
   IF v_hold = 0 THEN
     START TRANSACTION;
+    IF v_prev IS NOT NULL THEN
+      SELECT COUNT(*) INTO v_mark FROM {{.TxMarks}} WHERE token = v_prev;
+      IF v_mark > 0 THEN
+        UPDATE {{.Table}}
+        SET status = 'completed', completed_at = v_now, steps = NULL,
+            resp_status = 500, resp_header = NULL, resp_body = '', resp_not_retained = TRUE
+        WHERE scope = p_scope AND `key` = p_key AND token = v_prev AND status = 'processing'
+          AND locked_until <= v_now AND expires_at > v_now;
+        SET v_done = ROW_COUNT();
+      END IF;
+    END IF;
+  END IF;
+
+  IF v_hold = 0 AND v_done = 0 THEN
     INSERT INTO {{.Tokens}} () VALUES ();
     SET v_tok = LAST_INSERT_ID();
     INSERT INTO {{.Table}} (scope, `key`, method, route, fingerprint, status, token,
@@ -88,6 +119,9 @@ BEGIN
       resp_header       = IF(token = v_tok, NULL, resp_header),
       resp_body         = IF(token = v_tok, NULL, resp_body),
       resp_not_retained = IF(token = v_tok, FALSE, resp_not_retained);
+  END IF;
+
+  IF v_hold = 0 THEN
     SELECT method, route, fingerprint, status, token,
            TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', locked_until),
            TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
@@ -102,7 +136,7 @@ BEGIN
     SELECT a_method, a_route, a_fingerprint, a_status, a_token,
            a_locked, a_created, a_expires,
            a_resp_status, a_resp_header, a_resp_body, a_not_ret,
-           a_token = v_tok,
+           v_tok IS NOT NULL AND a_token = v_tok,
            TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_now);
   ELSE
     SELECT method, route, fingerprint, status, token,
