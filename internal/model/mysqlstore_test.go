@@ -136,7 +136,13 @@ func TestMysqlstoreTransactional(t *testing.T) {
 	t.Parallel()
 	sum, fails := Run(context.Background(), killConfig(t, 30), myEnvs(t, true))
 	Report(t, "mysqlstore-tx", fails)
-	covered(t, sum, true)
+	if os.Getenv("IDEM_MODEL_DEFER_ROLLBACK") == "1" {
+		// Every handler rolls back: no Complete can succeed, so there is
+		// no replay to require. Linearizability is still checked above.
+		t.Log(sum.String())
+	} else {
+		covered(t, sum, true)
+	}
 	if sum.Count(Audit, OK) == 0 {
 		t.Errorf("no ledger audit was answered")
 	}
