@@ -12,7 +12,10 @@
 // completed response unchanged until expiry, steps kept across takeovers
 // of one incarnation and never seen by the next, a fingerprint mismatch
 // answered with the existing record unchanged, and, in transactional
-// mode, a response recorded exactly when the business write committed.
+// mode, a response recorded exactly when the business write committed
+// (and, for mysqlstore, a handler that committed its own transaction and
+// crashed before Complete never run again: a takeover completes its record
+// as not retained).
 //
 // Time: every claim takes a lease of an hour and a retention of 1000
 // hours, so nothing lapses by itself during a history; leases lapse and

@@ -36,9 +36,20 @@ const (
 	Expire
 	// Audit reads the tokens whose business write committed (the ledger).
 	Audit
+	// CommitCrash: the handler holding Tok commits its business
+	// transaction itself (its ledger write and the store's commit mark,
+	// mysqlstore.Tx), then its process dies before Complete. A takeover of
+	// the lapsed lease must then not run the handler again: the claim
+	// completes the record as not retained (NotRetainedResp) instead.
+	CommitCrash
 )
 
-var kindNames = [...]string{"?", "Claim", "Heartbeat", "Complete", "Fail", "Get", "SaveStep", "LoadSteps", "Release", "Lapse", "Expire", "Audit"}
+var kindNames = [...]string{"?", "Claim", "Heartbeat", "Complete", "Fail", "Get", "SaveStep", "LoadSteps", "Release", "Lapse", "Expire", "Audit", "CommitCrash"}
+
+// NotRetainedResp is the identity of a response completed as not retained
+// (a 500 nobody kept): what a claim records for a lapsed lease whose
+// handler's writes committed.
+const NotRetainedResp = "not-retained"
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -149,10 +160,21 @@ type rec struct {
 	// key: every claim must answer a larger one.
 	maxTok int64
 	ledger string
+	// marks: the tokens whose handler committed its transaction itself
+	// (CommitCrash), comma-separated.
+	marks string
 }
 
 // State is the model's state: one record per key of the history.
 type State [MaxKeys]rec
+
+// sealed reports whether a claim with fingerprint fp finds a lapsed lease
+// whose handler's writes committed (CommitCrash): it completes the record
+// as not retained instead of taking it over.
+func (r *rec) sealed(fp string) bool {
+	return r.present && !r.expired && r.fp == fp && r.status == core.StatusProcessing && !r.live &&
+		slices.Contains(strings.Split(r.marks, ","), strconv.FormatInt(r.tok, 10))
+}
 
 func (r *rec) owned(tok int64) bool {
 	return r.present && !r.expired && r.status == core.StatusProcessing && r.tok == tok
@@ -226,9 +248,23 @@ func step(s State, in Input, out Output) []State {
 	}
 	switch in.Kind {
 	case Claim:
+		if r.sealed(in.FP) {
+			n := r
+			n.status, n.resp, n.live, n.steps = core.StatusCompleted, NotRetainedResp, false, Steps{}
+			switch {
+			case out.Res == Unknown:
+				return maybe(n)
+			case out.Res != OK || out.Claimed || out.Fresh:
+				return nil
+			}
+			if v, ok := n.sees(out.Rec); ok {
+				return []State{with(s, k, v)}
+			}
+			return nil
+		}
 		fresh, takeover := r.claimable(in.FP)
 		claimed := func(tok int64) rec {
-			n := rec{present: true, live: true, status: core.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger}
+			n := rec{present: true, live: true, status: core.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger, marks: r.marks}
 			if tok > n.maxTok {
 				n.maxTok = tok
 			}
@@ -389,6 +425,18 @@ func step(s State, in Input, out Output) []State {
 		}
 		return nil
 
+	case CommitCrash:
+		// The handler's own COMMIT: no fence, the record is unchanged.
+		n := r
+		n.ledger, n.marks = addLedger(r.ledger, in.Tok), addLedger(r.marks, in.Tok)
+		switch out.Res {
+		case Unknown:
+			return maybe(n)
+		case OK:
+			return []State{with(s, k, n)}
+		}
+		return nil
+
 	case Audit:
 		switch out.Res {
 		case Unknown:
@@ -488,7 +536,7 @@ func Describe(in Input, out Output) string {
 	switch in.Kind {
 	case Claim:
 		fmt.Fprintf(&b, ", fp=%s", in.FP)
-	case Heartbeat, Fail, LoadSteps:
+	case Heartbeat, Fail, LoadSteps, CommitCrash:
 		fmt.Fprintf(&b, ", tok=%d", in.Tok)
 	case Complete:
 		fmt.Fprintf(&b, ", tok=%d, resp=%s", in.Tok, in.Resp)
@@ -557,6 +605,9 @@ func describeState(s State) string {
 		}
 		if r.ledger != "" {
 			p += " ledger=[" + r.ledger + "]"
+		}
+		if r.marks != "" {
+			p += " marks=[" + r.marks + "]"
 		}
 		parts = append(parts, p)
 	}

@@ -49,6 +49,10 @@ type Env struct {
 	// its business transaction itself (rolls it back) after its write,
 	// before Complete or Fail (Input.Ended).
 	HandlerEndsTx func(f core.Fence) bool
+	// CommitSelf, when set, writes the ledger row for f in the lease's
+	// business transaction and commits it itself (ctx carries the lease):
+	// the CommitCrash step, after which the client forgets the lease.
+	CommitSelf func(ctx context.Context, f core.Fence) error
 	// Kill, when set, ends one of the store's own database connections at
 	// a random point of the history (pg_terminate_backend, KILL
 	// CONNECTION), so that calls in flight fail with an unknown outcome.
@@ -137,11 +141,14 @@ type Summary struct {
 	// StepsResumed counts LoadSteps answers holding a step (what a
 	// takeover resumes from).
 	StepsResumed int
+	// Sealed counts claims answered with a record completed as not
+	// retained (a lapsed lease whose handler's writes committed).
+	Sealed int
 }
 
 func (s *Summary) String() string {
-	return fmt.Sprintf("%d histories (%d linearizable, %d undecided), %d claims (%d fresh, %d takeovers), %d replays, %d kills, calls %v",
-		s.Histories, s.Linearizable, s.Undecided, s.Claims, s.Fresh, s.Takeovers, s.Replays, s.Kills, s.Calls)
+	return fmt.Sprintf("%d histories (%d linearizable, %d undecided), %d claims (%d fresh, %d takeovers), %d replays (%d not retained after a crash), %d kills, calls %v",
+		s.Histories, s.Linearizable, s.Undecided, s.Claims, s.Fresh, s.Takeovers, s.Replays, s.Sealed, s.Kills, s.Calls)
 }
 
 // Count returns how many calls of kind k answered r.
@@ -190,6 +197,9 @@ func Run(ctx context.Context, cfg Config, newEnv func(h int) *Env) (Summary, []F
 				seen[op.Out.Rec.Tok] = true
 			case op.Out.Rec.Status == core.StatusCompleted:
 				sum.Replays++
+				if op.Out.Rec.Resp == NotRetainedResp {
+					sum.Sealed++
+				}
 			}
 		}
 		res, info := porcupine.CheckOperationsVerbose(Model(), toPorcupine(ops), cfg.CheckTimeout)
@@ -482,6 +492,17 @@ func (c *client) owner() {
 		c.fenced(f, Complete)
 	case r < 93:
 		c.fenced(f, Fail)
+	case c.env.CommitSelf != nil && c.chance(50):
+		// The handler committed its transaction itself, then the process
+		// crashed: the lease is left to lapse, and nobody uses it again.
+		c.do(Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token}, func(ctx context.Context) (Output, error) {
+			ctx = core.ContextWithLease(ctx, core.NewLease(c.env.Store, f))
+			if err := c.env.CommitSelf(ctx, f); err != nil {
+				return Output{Res: Unknown}, err
+			}
+			return Output{Res: OK}, nil
+		})
+		c.lease, c.zombie = nil, false
 	default:
 		// The process crashed: the lease is left to lapse.
 		c.drop()
@@ -533,6 +554,9 @@ func view(r core.Record) View {
 // the status and header it was stored with.
 func respID(r *core.StoredResponse) string {
 	id := string(r.Body)
+	if r.NotRetained && r.Status == http.StatusInternalServerError && id == "" && len(r.Header) == 0 {
+		return NotRetainedResp
+	}
 	if r.Status != http.StatusCreated || r.Header.Get("X-Resp") != id || r.NotRetained {
 		return "corrupt:" + strconv.Itoa(r.Status) + ":" + r.Header.Get("X-Resp") + ":" + id
 	}
