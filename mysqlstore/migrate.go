@@ -57,7 +57,8 @@ func loadMigrations(c config) ([]migration, error) {
 		"Table":       n.table,
 		"Tokens":      n.tokens,
 		"ClaimProc":   n.claimProc1,
-		"ClaimProcV2": n.claimProc,
+		"ClaimProcV2": n.claimProc2,
+		"ClaimProcV3": n.claimProc,
 		"ExpiresIdx":  n.expiresIdx,
 		"TxMarks":     n.txMarks,
 	}

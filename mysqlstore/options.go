@@ -81,7 +81,7 @@ func newConfig(opts []Option) (config, error) {
 // WithTable sets the name of the records table, and the prefix of every
 // object derived from it: the token table (<table>_tokens), the commit
 // marks of Tx (<table>_txmarks), the claim procedures (<table>_claim_v1,
-// _v2) and the expiry index. At most 40 bytes of letters, digits and
+// _v2, _v3) and the expiry index. At most 40 bytes of letters, digits and
 // underscores, not starting with a digit. The tables live in the
 // connection's current database (the DSN's /dbname); MySQL has no separate
 // schema level.
@@ -190,7 +190,8 @@ func withClockOffset(d time.Duration) Option {
 type names struct {
 	table      string // `idem_records`
 	tokens     string // `idem_records_tokens`
-	claimProc  string // `idem_records_claim_v2` (migration 0003)
+	claimProc  string // `idem_records_claim_v3` (migration 0006)
+	claimProc2 string // `idem_records_claim_v2` (migration 0003; previous binaries)
 	claimProc1 string // `idem_records_claim_v1` (migration 0002; previous binaries)
 	expiresIdx string // `idem_records_expires_idx`
 	txMarks    string // `idem_records_txmarks` (migration 0005)
@@ -203,7 +204,8 @@ func (c config) names() names {
 	return names{
 		table:      quote(c.table),
 		tokens:     quote(c.table + "_tokens"),
-		claimProc:  quote(c.table + "_claim_v2"),
+		claimProc:  quote(c.table + "_claim_v3"),
+		claimProc2: quote(c.table + "_claim_v2"),
 		claimProc1: quote(c.table + "_claim_v1"),
 		expiresIdx: quote(c.table + "_expires_idx"),
 		txMarks:    quote(c.table + "_txmarks"),

@@ -10,7 +10,7 @@ import (
 // (database/sql's *sql.Stmt): in steady state every call is one round trip
 // (COM_STMT_EXECUTE).
 type statements struct {
-	claim     string // CALL of the claim procedure (migration 0003)
+	claim     string // CALL of the claim procedure (migration 0006)
 	heartbeat string
 	complete  string
 	fail      string

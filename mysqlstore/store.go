@@ -26,7 +26,7 @@ const (
 )
 
 // raceRetries bounds how often Claim calls the procedure again when the
-// record changed between its read and its write (see migrations 0002 and 0003).
+// record changed between its read and its write (see migrations 0002, 0003 and 0006).
 const raceRetries = 4
 
 // Store is a core.Store backed by MySQL 8.0+ or MariaDB 10.6+ (Galera
@@ -253,8 +253,8 @@ func validClaim(req *core.ClaimRequest) error {
 }
 
 // Claim implements core.Store: one CALL of the claim procedure (migration
-// 0003), which reads, and only when the key is claimable draws a token and
-// upserts. A deadlock or Galera certification conflict (1213) is retried:
+// 0006), which reads, and only when the key is claimable draws a token,
+// upserts and reads its answer in the same transaction. A deadlock or Galera certification conflict (1213) is retried:
 // the retry reads the winner's record, so the loser answers like any
 // duplicate. When the record changed between the procedure's read and its
 // write (it answered a claimable record it did not claim, or none), the
@@ -315,7 +315,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	}
 }
 
-// claimable mirrors the procedure's test (migration 0003).
+// claimable mirrors the procedure's test (migration 0006).
 func claimable(r *core.Record, now time.Time, req *core.ClaimRequest) bool {
 	live := r.Status == core.StatusProcessing && r.LockedUntil.After(now)
 	if !r.ExpiresAt.After(now) && !live {

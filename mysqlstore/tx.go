@@ -84,7 +84,10 @@ const rollbackTimeout = 5 * time.Second
 //   - present (the handler committed): the response is recorded by a plain
 //     fenced UPDATE, and retries replay it. The handler gave up the fence,
 //     though: its writes are in the database whether or not it still owned
-//     the key.
+//     the key. If its process dies before Complete, the claim that would
+//     take the lapsed lease over finds the mark and completes the record
+//     as not retained instead (migration 0006): the handler never runs
+//     twice.
 //
 // Likewise, when Fail finds that the handler committed before failing, it
 // does not release the key (a retry would run committed writes again): it

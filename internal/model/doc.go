@@ -12,7 +12,10 @@
 // completed response unchanged until expiry, steps kept across takeovers
 // of one incarnation and never seen by the next, a fingerprint mismatch
 // answered with the existing record unchanged, and, in transactional
-// mode, a response recorded exactly when the business write committed.
+// mode, a response recorded exactly when the business write committed
+// (and, for mysqlstore, a handler that committed its own transaction and
+// crashed before Complete never run again: a takeover completes its record
+// as not retained).
 //
 // Time: every claim takes a lease of an hour and a retention of 1000
 // hours, so nothing lapses by itself during a history; leases lapse and
@@ -35,9 +38,9 @@
 //
 // Environment: IDEM_MODEL_ITER sets the number of histories per store
 // (make model runs many more than make test); IDEM_MODEL_SEED replays a
-// seed's choices (not its interleaving); IDEM_MODEL_ATOMIC_CLAIM=1 checks
-// mysqlstore's claims as atomic (they are not yet: see
-// TestMysqlstoreClaimReadBack); IDEM_MODEL_DEFER_ROLLBACK=1 makes the
-// mysqlstore handler end its own transaction before idem completes, as
-// `defer tx.Rollback()` does.
+// seed's choices (not its interleaving). In mysqlstore's transactional
+// runs the handler of every other lease ends its own transaction before
+// idem completes, as `defer tx.Rollback()` does (its Complete must answer
+// core.ErrNotCommitted and record nothing); IDEM_MODEL_DEFER_ROLLBACK=0
+// turns that off, =1 makes every handler do it.
 package model

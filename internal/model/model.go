@@ -36,9 +36,20 @@ const (
 	Expire
 	// Audit reads the tokens whose business write committed (the ledger).
 	Audit
+	// CommitCrash: the handler holding Tok commits its business
+	// transaction itself (its ledger write and the store's commit mark,
+	// mysqlstore.Tx), then its process dies before Complete. A takeover of
+	// the lapsed lease must then not run the handler again: the claim
+	// completes the record as not retained (NotRetainedResp) instead.
+	CommitCrash
 )
 
-var kindNames = [...]string{"?", "Claim", "Heartbeat", "Complete", "Fail", "Get", "SaveStep", "LoadSteps", "Release", "Lapse", "Expire", "Audit"}
+var kindNames = [...]string{"?", "Claim", "Heartbeat", "Complete", "Fail", "Get", "SaveStep", "LoadSteps", "Release", "Lapse", "Expire", "Audit", "CommitCrash"}
+
+// NotRetainedResp is the identity of a response completed as not retained
+// (a 500 nobody kept): what a claim records for a lapsed lease whose
+// handler's writes committed.
+const NotRetainedResp = "not-retained"
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -79,6 +90,10 @@ type Input struct {
 	// Tx: Complete or Fail ran in the lease's business transaction after
 	// a ledger write under Tok (pgstore.Tx).
 	Tx bool
+	// Ended: the handler ended that transaction itself before Complete or
+	// Fail (`defer tx.Rollback()`): its ledger write rolled back, so a
+	// Complete must not record the response (mysqlstore.Tx).
+	Ended bool `json:",omitempty"`
 }
 
 // Result is what a call answered.
@@ -93,9 +108,14 @@ const (
 	NotFound         // Get: core.ErrNotFound
 	Refused          // Release: ErrLeaseLive, ErrLeaseLost or ErrNotFound: nothing changed
 	Unknown
+	// NotCommitted: Complete answered core.ErrNotCommitted (the handler
+	// ended its transaction and its writes rolled back): the response is
+	// not recorded and, if the token still owns the key, the key may have
+	// been released (the store's best-effort fenced fail).
+	NotCommitted
 )
 
-var resultNames = [...]string{"ok", "lease-lost", "not-found", "refused", "unknown"}
+var resultNames = [...]string{"ok", "lease-lost", "not-found", "refused", "unknown", "not-committed"}
 
 func (r Result) String() string {
 	if int(r) < len(resultNames) {
@@ -140,10 +160,21 @@ type rec struct {
 	// key: every claim must answer a larger one.
 	maxTok int64
 	ledger string
+	// marks: the tokens whose handler committed its transaction itself
+	// (CommitCrash), comma-separated.
+	marks string
 }
 
 // State is the model's state: one record per key of the history.
 type State [MaxKeys]rec
+
+// sealed reports whether a claim with fingerprint fp finds a lapsed lease
+// whose handler's writes committed (CommitCrash): it completes the record
+// as not retained instead of taking it over.
+func (r *rec) sealed(fp string) bool {
+	return r.present && !r.expired && r.fp == fp && r.status == core.StatusProcessing && !r.live &&
+		slices.Contains(strings.Split(r.marks, ","), strconv.FormatInt(r.tok, 10))
+}
 
 func (r *rec) owned(tok int64) bool {
 	return r.present && !r.expired && r.status == core.StatusProcessing && r.tok == tok
@@ -217,9 +248,23 @@ func step(s State, in Input, out Output) []State {
 	}
 	switch in.Kind {
 	case Claim:
+		if r.sealed(in.FP) {
+			n := r
+			n.status, n.resp, n.live, n.steps = core.StatusCompleted, NotRetainedResp, false, Steps{}
+			switch {
+			case out.Res == Unknown:
+				return maybe(n)
+			case out.Res != OK || out.Claimed || out.Fresh:
+				return nil
+			}
+			if v, ok := n.sees(out.Rec); ok {
+				return []State{with(s, k, v)}
+			}
+			return nil
+		}
 		fresh, takeover := r.claimable(in.FP)
 		claimed := func(tok int64) rec {
-			n := rec{present: true, live: true, status: core.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger}
+			n := rec{present: true, live: true, status: core.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger, marks: r.marks}
 			if tok > n.maxTok {
 				n.maxTok = tok
 			}
@@ -276,7 +321,20 @@ func step(s State, in Input, out Output) []State {
 		case SaveStep:
 			n.steps[in.Step] = in.Val
 		}
+		if in.Ended && in.Kind == Complete && out.Res == OK {
+			return nil // recorded a response whose writes rolled back
+		}
 		switch out.Res {
+		case NotCommitted:
+			if in.Kind != Complete || !in.Ended {
+				return nil
+			}
+			if !owned {
+				return []State{s}
+			}
+			f := r
+			f.status, f.live = core.StatusFailed, false
+			return maybe(f)
 		case Unknown:
 			if !owned || in.Kind == LoadSteps {
 				return maybe()
@@ -286,6 +344,9 @@ func step(s State, in Input, out Output) []State {
 				// fenced fail (the business writes were rolled back).
 				f := r
 				f.status, f.live = core.StatusFailed, false
+				if in.Ended {
+					return maybe(f) // the writes rolled back: never recorded
+				}
 				return maybe(n, f)
 			}
 			return maybe(n)
@@ -356,6 +417,18 @@ func step(s State, in Input, out Output) []State {
 
 	case Lapse, Expire:
 		n := lapse(r, in.Kind == Expire)
+		switch out.Res {
+		case Unknown:
+			return maybe(n)
+		case OK:
+			return []State{with(s, k, n)}
+		}
+		return nil
+
+	case CommitCrash:
+		// The handler's own COMMIT: no fence, the record is unchanged.
+		n := r
+		n.ledger, n.marks = addLedger(r.ledger, in.Tok), addLedger(r.marks, in.Tok)
 		switch out.Res {
 		case Unknown:
 			return maybe(n)
@@ -463,7 +536,7 @@ func Describe(in Input, out Output) string {
 	switch in.Kind {
 	case Claim:
 		fmt.Fprintf(&b, ", fp=%s", in.FP)
-	case Heartbeat, Fail, LoadSteps:
+	case Heartbeat, Fail, LoadSteps, CommitCrash:
 		fmt.Fprintf(&b, ", tok=%d", in.Tok)
 	case Complete:
 		fmt.Fprintf(&b, ", tok=%d, resp=%s", in.Tok, in.Resp)
@@ -474,6 +547,9 @@ func Describe(in Input, out Output) string {
 	}
 	if in.Tx {
 		b.WriteString(", tx")
+	}
+	if in.Ended {
+		b.WriteString(", handler-ended")
 	}
 	fmt.Fprintf(&b, ") -> %s", out.Res)
 	if out.Res != OK {
@@ -529,6 +605,9 @@ func describeState(s State) string {
 		}
 		if r.ledger != "" {
 			p += " ledger=[" + r.ledger + "]"
+		}
+		if r.marks != "" {
+			p += " marks=[" + r.marks + "]"
 		}
 		parts = append(parts, p)
 	}

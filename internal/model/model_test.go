@@ -164,6 +164,45 @@ func TestModelRules(t *testing.T) {
 			op(Input{Kind: Release, Tok: 1, Live: true}, Output{}),
 			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true}, Output{Res: LeaseLost}),
 			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
+		// The handler committed its transaction itself and crashed.
+		{"crashed handler's committed writes: completed not retained", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Lapse}, Output{}),
+			claimOp("A", false, false, View{Status: core.StatusCompleted, Tok: 1, FP: "A", Resp: NotRetainedResp}),
+			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
+		{"crashed handler's committed writes: taken over", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Lapse}, Output{}),
+			claimOp("A", true, false, proc(2, "A")))},
+		{"crashed handler's committed writes: new again after expiry", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Expire}, Output{}),
+			claimOp("A", true, true, proc(2, "A")))},
+		// The handler rolled its own transaction back (Input.Ended).
+		{"handler's rollback: response refused, key released", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true, Ended: true}, Output{Res: NotCommitted}),
+			op(Input{Kind: Audit}, Output{}),
+			claimOp("A", true, false, proc(2, "A")))},
+		{"handler's rollback: response recorded", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true, Ended: true}, Output{}))},
+		{"handler's rollback: unknown outcome recorded the response", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true, Ended: true}, Output{Res: Unknown}),
+			op(Input{Kind: Get}, Output{Rec: done(1, "r1")}))},
+		{"not committed without a handler's rollback", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true}, Output{Res: NotCommitted}))},
+		{"not committed, stale token: nothing released", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: Lapse}, Output{}),
+			claimOp("A", true, false, proc(2, "A")),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true, Ended: true}, Output{Res: NotCommitted}),
+			op(Input{Kind: Get}, Output{Rec: View{Status: core.StatusFailed, Tok: 2, FP: "A"}}))},
 	} {
 		want := porcupine.Illegal
 		if tc.ok {

@@ -33,9 +33,12 @@ func loadHistory(t *testing.T, path string) []Op {
 // answered "claimed" with a record already failed, or answered "not
 // claimed" after it had in fact taken the key under a token it never
 // reported (an orphaned lease, held until it lapses). Checked as atomic
-// claims, these histories are not linearizable; checked as a write
-// followed by a read (Env.ClaimReadBack, what TestMysqlstore does until
-// the procedure reads its record before its COMMIT), they are.
+// claims, these histories are not linearizable: the checker must go on
+// rejecting them, since TestMysqlstore checks mysqlstore's claims as
+// atomic since migration 0006 (whose procedure reads its answer inside its
+// transaction; mysqlstore's TestClaimAnswerReadInTx forces both
+// interleavings). Checked as a write followed by a read (Op.ReadBack),
+// they are linearizable: that was the whole defect.
 func TestMysqlstoreClaimReadBack(t *testing.T) {
 	files, err := filepath.Glob("testdata/mysqlstore-claim-readback-*.json")
 	if err != nil || len(files) == 0 {

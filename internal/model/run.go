@@ -45,14 +45,14 @@ type Env struct {
 	// and Fail then run on that context, and Audit reads the ledger.
 	BusinessWrite func(ctx context.Context, f core.Fence) error
 	Audit         func(ctx context.Context, scope, key string) ([]int64, error)
-	// ClaimReadBack: the store's Claim commits its write and then reads
-	// the record back in a separate statement, so its answer may show a
-	// later write (an operator's Release, a lapse and another claim) and
-	// a claim that took the key may answer that it did not. Each Claim is
-	// then checked as two steps: the write (claimed as answered, or, when
-	// the answer is "not claimed", perhaps claimed under a token nobody
-	// saw) and a read of the record (mysqlstore: see TestMysqlstoreClaimReadBack).
-	ClaimReadBack bool
+	// HandlerEndsTx, when set, tells whether the handler holding f ends
+	// its business transaction itself (rolls it back) after its write,
+	// before Complete or Fail (Input.Ended).
+	HandlerEndsTx func(f core.Fence) bool
+	// CommitSelf, when set, writes the ledger row for f in the lease's
+	// business transaction and commits it itself (ctx carries the lease):
+	// the CommitCrash step, after which the client forgets the lease.
+	CommitSelf func(ctx context.Context, f core.Fence) error
 	// Kill, when set, ends one of the store's own database connections at
 	// a random point of the history (pg_terminate_backend, KILL
 	// CONNECTION), so that calls in flight fail with an unknown outcome.
@@ -112,7 +112,13 @@ type Op struct {
 	Return int64
 	Err    string `json:",omitempty"` // the store's error, for the reader
 	// ReadBack: a Claim of a store whose answer is read after its write
-	// committed (Env.ClaimReadBack); checked as the write and a later read.
+	// committed, in a separate statement, so that it may show a later
+	// write (an operator's Release, a lapse and another claim) and a claim
+	// that took the key may answer that it did not: checked as the write
+	// (claimed as answered, or, when the answer is "not claimed", perhaps
+	// claimed under a token nobody saw) and a later read. No store answers
+	// so any more (mysqlstore before migration 0006); kept to explain the
+	// histories of TestMysqlstoreClaimReadBack.
 	ReadBack bool `json:",omitempty"`
 }
 
@@ -135,11 +141,14 @@ type Summary struct {
 	// StepsResumed counts LoadSteps answers holding a step (what a
 	// takeover resumes from).
 	StepsResumed int
+	// Sealed counts claims answered with a record completed as not
+	// retained (a lapsed lease whose handler's writes committed).
+	Sealed int
 }
 
 func (s *Summary) String() string {
-	return fmt.Sprintf("%d histories (%d linearizable, %d undecided), %d claims (%d fresh, %d takeovers), %d replays, %d kills, calls %v",
-		s.Histories, s.Linearizable, s.Undecided, s.Claims, s.Fresh, s.Takeovers, s.Replays, s.Kills, s.Calls)
+	return fmt.Sprintf("%d histories (%d linearizable, %d undecided), %d claims (%d fresh, %d takeovers), %d replays (%d not retained after a crash), %d kills, calls %v",
+		s.Histories, s.Linearizable, s.Undecided, s.Claims, s.Fresh, s.Takeovers, s.Replays, s.Sealed, s.Kills, s.Calls)
 }
 
 // Count returns how many calls of kind k answered r.
@@ -188,6 +197,9 @@ func Run(ctx context.Context, cfg Config, newEnv func(h int) *Env) (Summary, []F
 				seen[op.Out.Rec.Tok] = true
 			case op.Out.Rec.Status == core.StatusCompleted:
 				sum.Replays++
+				if op.Out.Rec.Resp == NotRetainedResp {
+					sum.Sealed++
+				}
 			}
 		}
 		res, info := porcupine.CheckOperationsVerbose(Model(), toPorcupine(ops), cfg.CheckTimeout)
@@ -480,6 +492,17 @@ func (c *client) owner() {
 		c.fenced(f, Complete)
 	case r < 93:
 		c.fenced(f, Fail)
+	case c.env.CommitSelf != nil && c.chance(50):
+		// The handler committed its transaction itself, then the process
+		// crashed: the lease is left to lapse, and nobody uses it again.
+		c.do(Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token}, func(ctx context.Context) (Output, error) {
+			ctx = core.ContextWithLease(ctx, core.NewLease(c.env.Store, f))
+			if err := c.env.CommitSelf(ctx, f); err != nil {
+				return Output{Res: Unknown}, err
+			}
+			return Output{Res: OK}, nil
+		})
+		c.lease, c.zombie = nil, false
 	default:
 		// The process crashed: the lease is left to lapse.
 		c.drop()
@@ -510,9 +533,6 @@ func (c *client) claim() {
 		}
 		return Output{Res: OK, Claimed: res.Claimed, Fresh: res.Fresh, Rec: view(res.Record)}, nil
 	})
-	if c.env.ClaimReadBack {
-		c.ops[len(c.ops)-1].ReadBack = true
-	}
 	if out.Res == OK && out.Claimed {
 		c.lease = &core.Fence{Scope: c.env.Scope, Key: c.key(k), Token: out.Rec.Tok}
 		if c.chance(50) {
@@ -534,6 +554,9 @@ func view(r core.Record) View {
 // the status and header it was stored with.
 func respID(r *core.StoredResponse) string {
 	id := string(r.Body)
+	if r.NotRetained && r.Status == http.StatusInternalServerError && id == "" && len(r.Header) == 0 {
+		return NotRetainedResp
+	}
 	if r.Status != http.StatusCreated || r.Header.Get("X-Resp") != id || r.NotRetained {
 		return "corrupt:" + strconv.Itoa(r.Status) + ":" + r.Header.Get("X-Resp") + ":" + id
 	}
@@ -548,6 +571,8 @@ func result(err error) Result {
 		return OK
 	case errors.Is(err, core.ErrLeaseLost):
 		return LeaseLost
+	case errors.Is(err, core.ErrNotCommitted):
+		return NotCommitted
 	default:
 		return Unknown
 	}
@@ -564,6 +589,7 @@ func (c *client) fenced(f core.Fence, kind Kind) {
 	}
 	tx := c.env.BusinessWrite != nil && (kind == Complete || kind == Fail)
 	in.Tx = tx
+	in.Ended = tx && c.env.HandlerEndsTx != nil && c.env.HandlerEndsTx(f)
 	switch kind {
 	case Complete:
 		in.Resp = fmt.Sprintf("c%d.%d", c.id, c.n)

@@ -1,0 +1,78 @@
+package mysqlstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mytest"
+)
+
+// TestTakeoverAfterHandlerCommitted: a handler commits the lease
+// transaction itself and its process dies before Complete. Its writes and
+// its commit mark are committed under a record still processing; when the
+// lease lapses, a retry must not run the handler again: the claim finds
+// the mark of the token it would take over from and completes the record
+// as not retained (retries answer 409 not-retained). A crash whose writes
+// rolled back (no mark) is taken over as usual.
+func TestTakeoverAfterHandlerCommitted(t *testing.T) {
+	db := mytest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	lapse := func(key string) {
+		t.Helper()
+		if _, err := db.Exec("UPDATE idem_records SET locked_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE `key` = ?", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, committed := range []bool{true, false} {
+		key := "rolled-back"
+		if committed {
+			key = "committed"
+		}
+		hctx, f := handlerCtx(t, s, claimReq(key, time.Hour))
+		if err := book(hctx, key, f.Token); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := Tx(hctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if committed {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The process dies here: no Complete, no Fail.
+		lapse(key)
+		res, err := s.Claim(t.Context(), claimReq(key, time.Hour))
+		if err != nil {
+			t.Fatalf("%s: claim after the lapse: %v", key, err)
+		}
+		if !committed {
+			if !res.Claimed || res.Record.Token <= f.Token {
+				t.Errorf("%s: the writes rolled back, want a takeover: claimed=%v token=%d", key, res.Claimed, res.Record.Token)
+			}
+			continue
+		}
+		if res.Claimed {
+			t.Errorf("%s: the handler's writes committed (ledger rows: %d), yet the claim took the key over (token %d): the handler would run twice",
+				key, ledgerRows(t, db, key), res.Record.Token)
+			continue
+		}
+		r := res.Record
+		if r.Status != core.StatusCompleted || r.Token != f.Token || r.Response == nil ||
+			r.Response.Status != 500 || !r.Response.NotRetained {
+			t.Errorf("%s: answered %s token %d response %+v; want completed under token %d, 500 not retained",
+				key, r.Status, r.Token, r.Response, f.Token)
+		}
+		// A retry replays it.
+		again, err := s.Claim(t.Context(), claimReq(key, time.Hour))
+		if err != nil || again.Claimed || again.Record.Status != core.StatusCompleted {
+			t.Errorf("%s: retry: claimed=%v status=%s err=%v, want the completed record", key, again.Claimed, again.Record.Status, err)
+		}
+	}
+}
