@@ -18,7 +18,11 @@ import (
 // with a nil error.
 func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	method := strings.ToUpper(req.Method)
-	route := CanonicalRoute(req.Route)
+	claimRoute := CanonicalRoute(req.Route)
+	route := claimRoute // what events and logs name: a template, never a client's path
+	if req.RouteIsPath {
+		route = ""
+	}
 	if !e.cfg.methods[method] {
 		return e.bypass(route), nil
 	}
@@ -89,9 +93,9 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		Scope:  scope,
 		Key:    key,
 		Method: method,
-		Route:  route,
+		Route:  claimRoute,
 		Fingerprint: Fingerprint(FingerprintInput{
-			Method: method, Route: route, Target: req.Target, Body: body,
+			Method: method, Route: claimRoute, Target: req.Target, Body: body,
 			Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
 		}),
 		Lease:     e.cfg.lease,

@@ -32,7 +32,7 @@ type Event struct {
 	// failure answer, "" otherwise. LookupProblem gives its status.
 	Problem  string
 	Scope    string
-	Route    string        // canonical route template (see CanonicalRoute)
+	Route    string        // canonical route template (see CanonicalRoute); "" when the request's route was its path (Request.RouteIsPath)
 	Status   int           // response status, when there is one
 	Duration time.Duration // time spent in the store call(s)
 	// Err is the cause of a failure: a store error, a scope function's
