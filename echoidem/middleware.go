@@ -101,11 +101,11 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 				return next(c)
 			}
 			r := c.Request()
-			route := c.Path()
+			route, isPath := c.Path(), false
 			if route == "" {
-				route = r.URL.Path
+				route, isPath = r.URL.Path, true
 			}
-			req := core.Request{Method: r.Method, Route: route, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body,
+			req := core.Request{Method: r.Method, Route: route, RouteIsPath: isPath, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body,
 				NoRoute: func() bool { return !routed(c) }}
 			if r.Body != nil && r.Body != http.NoBody {
 				req.Body = bodyLimitReader{r.Body}

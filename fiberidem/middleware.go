@@ -74,7 +74,9 @@ type middleware struct {
 	maxResponse int
 }
 
-func defaultRoute(c *fiber.Ctx) string {
+// defaultRoute returns the route, and whether it is the request path
+// rather than a template (core.Request.RouteIsPath).
+func defaultRoute(c *fiber.Ctx) (string, bool) {
 	r := c.Route()
 	path := c.Path()
 	// A route registered with app.Use or Group.Use matches a prefix of the
@@ -86,12 +88,12 @@ func defaultRoute(c *fiber.Ctx) string {
 	// The fallback is the request path, copied: c.Path() aliases the request
 	// buffer.
 	if r == nil || len(r.Handlers) == 0 {
-		return strings.Clone(path)
+		return strings.Clone(path), true
 	}
 	if segments(r.Path) == segments(path) || strings.ContainsAny(r.Path, "*+") {
-		return r.Path // owned by the app, stable
+		return r.Path, false // owned by the app, stable
 	}
-	return strings.Clone(path)
+	return strings.Clone(path), true
 }
 
 // useField is the index of fiber.Route's unexported "use" flag (a route
@@ -157,15 +159,19 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	if m.cfg.skip != nil && m.cfg.skip(c) {
 		return c.Next()
 	}
-	var route string
+	var (
+		route  string
+		isPath bool
+	)
 	if m.cfg.route != nil {
 		route = strings.Clone(m.cfg.route(c)) // it may alias fasthttp's buffers
 	} else {
-		route = defaultRoute(c)
+		route, isPath = defaultRoute(c)
 	}
 	req := core.Request{
-		Method: methodOf(c),
-		Route:  route,
+		Method:      methodOf(c),
+		Route:       route,
+		RouteIsPath: isPath,
 		// Hashed inside Decide, never kept: no copy needed beyond string().
 		Target: string(c.Request().RequestURI()),
 		// Read on demand: only the headers the engine needs are copied.

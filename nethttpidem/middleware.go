@@ -60,7 +60,7 @@ func WithSkip(f func(*http.Request) bool) Option {
 // chi.RouteContext(r.Context()).RoutePattern(). Default: r.Pattern (set by
 // http.ServeMux for handlers it routed to; its method prefix is dropped),
 // or, around a whole *http.ServeMux, the pattern the mux will route to;
-// else r.URL.Path.
+// else r.URL.Path, which observers are not told (core.Request.RouteIsPath).
 func WithRoute(f func(*http.Request) string) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
@@ -162,12 +162,14 @@ func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, err
 				} else if ok {
 					req.Route = muxEscaper.Replace(pattern)
 				} else {
-					req.Route = r.URL.Path
+					req.Route, req.RouteIsPath = r.URL.Path, true
 				}
 			case cfg.route != nil:
 				req.Route = cfg.route(r)
 			default:
-				req.Route = defaultRoute(r)
+				// No pattern: the middleware wraps a handler that routes
+				// after it (not a ServeMux); the route is the path.
+				req.Route, req.RouteIsPath = defaultRoute(r), r.Pattern == ""
 			}
 			if cfg.scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return cfg.scope(r) }
