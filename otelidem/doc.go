@@ -25,6 +25,11 @@
 // idem.wait; each with http.route and http.request.method where known, and
 // the error (key redacted) on failure.
 //
+// http.route on metrics is the matched route template only: a request
+// whose route is its raw path (core.Request.RouteIsPath: the middleware
+// wraps a whole mux, or no route matched) has no http.route, so that paths
+// chosen by unauthenticated clients cannot create one series each.
+//
 // Never the idempotency key, in any attribute, span event or status
 // message: keys are capabilities, and as a label they would explode the
 // metric's cardinality. The scope (tenant) is left out too unless
