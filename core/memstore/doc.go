@@ -11,8 +11,19 @@
 // Time comes from WithClock (default time.Now), so tests can drive lease
 // lapses and expiry without sleeping. Records past their ExpiresAt that
 // are not held by a live lease are treated as absent by every method and
-// removed when accessed; Purge removes the rest, and WithMaxEntries bounds
-// memory without ever evicting a live record.
+// removed when accessed; Purge removes the rest.
+//
+// # Bounded by default
+//
+// A store holds at most DefaultMaxEntries (100 000) records, so that
+// clients choosing new keys cannot grow it without limit; WithMaxEntries
+// changes the bound (zero or less: unbounded). When it is full, expired
+// records are reclaimed first; if none has expired, a claim that needs a
+// new record fails with ErrFull, which the engine answers 503
+// store-unavailable without running the handler. No record is evicted
+// before it expires, live or completed: that would let a retry run the
+// handler a second time. Keys already held keep their answers (replay,
+// 409, takeover of a failed record) whether or not the store is full.
 //
 // It implements core.Watcher and core.StepStore: a record's steps live on
 // the record, survive a takeover, and go when it completes or expires.

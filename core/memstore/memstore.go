@@ -12,8 +12,9 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// ErrFull is returned (wrapped) by Claim when the store holds WithMaxEntries
-// live records and the claim would need a new one.
+// ErrFull is returned (wrapped) by Claim when the store holds its maximum
+// of unexpired records (WithMaxEntries, DefaultMaxEntries by default) and
+// the claim would need a new one.
 var ErrFull = errors.New("memstore: store full")
 
 // errTokensExhausted guards the int64 token counter; unreachable in practice,
@@ -30,7 +31,7 @@ type recKey struct {
 // value is an empty store with the default options, like New().
 type Store struct {
 	clock      func() time.Time
-	maxEntries int
+	maxEntries int // 0 (the zero Store): DefaultMaxEntries; < 0: unbounded
 
 	mu   sync.Mutex
 	recs map[recKey]*entry
@@ -71,6 +72,17 @@ func New(opts ...Option) *Store {
 		recs:       make(map[recKey]*entry),
 		watchers:   make(map[recKey]map[*watch]struct{}),
 	}
+}
+
+// limit is the maximum number of records, 0 for unbounded.
+func (s *Store) limit() int {
+	switch {
+	case s.maxEntries == 0:
+		return DefaultMaxEntries
+	case s.maxEntries < 0:
+		return 0
+	}
+	return s.maxEntries
 }
 
 // now reads the store clock; a zero Store has none and uses time.Now.
@@ -153,8 +165,8 @@ func (s *Store) nextTokenLocked() (int64, error) {
 // key) has none or only an expired one, takes over a failed record or one
 // whose lease lapsed when method, route and fingerprint match, and otherwise
 // returns the existing record unchanged. It fails with an error wrapping
-// ErrFull when WithMaxEntries is reached, and rejects a non-positive Lease
-// or Retention.
+// ErrFull when a new record would exceed the bound (WithMaxEntries), and
+// rejects a non-positive Lease or Retention.
 func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,11 +186,11 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	r, ok := s.lookupLocked(k, now)
 	switch {
 	case !ok:
-		if s.maxEntries > 0 && len(s.recs) >= s.maxEntries {
+		if bound := s.limit(); bound > 0 && len(s.recs) >= bound {
 			if !now.Before(s.purgeAfter) {
 				s.purgeLocked(now)
 			}
-			if len(s.recs) >= s.maxEntries {
+			if len(s.recs) >= bound {
 				return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w (%d live records)", ErrFull, len(s.recs))
 			}
 		}
