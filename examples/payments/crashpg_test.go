@@ -5,15 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,10 +40,17 @@ const envCrashRounds = "IDEM_CRASH_ROUNDS"
 //   - right after each restart, before any request, every 201 answered
 //     so far is in a completed record holding that body;
 //   - every 201 ever sent for a key, before or after the crash, is
-//     byte-identical to every other (replays included); the provider
-//     answers a new charge ID on every call, so a handler run again after
-//     its key's 201 was sent (a lost completion) would show;
-//   - one ledger row per key, and it is the one its 201 announced;
+//     byte-identical to every other (replays included);
+//   - at most one provider charge per key: the provider deduplicates on
+//     the relayed Idempotency-Key, as a real one does (that is the
+//     contract the handler relies on), and counts the distinct relay keys
+//     it was sent for each payment (the charge's "to" names the test's
+//     key); a handler run again after a crash between the charge and its
+//     recovery point must send the same relay key, or money is charged
+//     twice and booked once;
+//   - one ledger row per key, and it is the one its 201 announced; every
+//     201 has its ledger row, and every charge the provider made is booked
+//     by exactly one row;
 //   - no ledger row without its completed record (and no record left
 //     processing).
 func TestCrashPostgres(t *testing.T) {
@@ -60,15 +66,7 @@ func TestCrashPostgres(t *testing.T) {
 	cluster := pgtest.NewCluster(t, crashPort)
 	bin := buildBinary(t)
 	const lease = 2 * time.Second
-	// A provider that charges anew on every call (no deduplication, unlike
-	// a real one): a handler run again after its 201 was sent would answer
-	// another charge ID, and the 201s of that key would differ.
-	var charges atomic.Int64
-	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"id":"ch_%d"}`, charges.Add(1))
-	}))
+	prov := newDedupProvider(t)
 	t.Cleanup(prov.Close)
 	base := startServer(t, bin, nil, "-dsn", cluster.DSN, "-provider-url", prov.URL, "-lease", lease.String())
 
@@ -80,10 +78,66 @@ func TestCrashPostgres(t *testing.T) {
 		}
 	}
 	l.settle(t, 2*lease+10*time.Second)
-	l.check(t, cluster.DSN)
-	t.Logf("%d rounds, %d keys, %d requests (%d during or right after a crash answered with an error), %d charges",
-		rounds, len(l.answers), l.requests, l.errors, charges.Load())
+	l.check(t, cluster.DSN, prov)
+	calls, charges := prov.counts()
+	t.Logf("%d rounds, %d keys, %d requests (%d during or right after a crash answered with an error), %d provider calls, %d charges",
+		rounds, len(l.answers), l.requests, l.errors, calls, charges)
 }
+
+// dedupProvider is the payment provider as the example's contract has it:
+// it deduplicates on the Idempotency-Key it is given (the same key returns
+// the same charge and charges nothing more). It records, per payment (the
+// charge's "to", which the test sets to the key), every relay key it was
+// sent, and every charge it made.
+type dedupProvider struct {
+	*httptest.Server
+	mu      sync.Mutex
+	calls   int
+	byRelay map[string]string          // relay key -> charge id
+	relays  map[string]map[string]bool // "to" -> relay keys
+	bad     []string                   // calls breaking the contract
+}
+
+func newDedupProvider(t *testing.T) *dedupProvider {
+	p := &dedupProvider{byRelay: map[string]string{}, relays: map[string]map[string]bool{}}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c struct {
+			To string `json:"to"`
+		}
+		err := json.NewDecoder(r.Body).Decode(&c)
+		relay := r.Header.Get("Idempotency-Key")
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.calls++
+		if err != nil || relay == "" || c.To == "" {
+			p.bad = append(p.bad, fmt.Sprintf("relay key %q, to %q, body error %v", relay, c.To, err))
+			http.Error(w, "bad charge", http.StatusBadRequest)
+			return
+		}
+		id, ok := p.byRelay[relay]
+		if !ok {
+			id = fmt.Sprintf("ch_%d", len(p.byRelay)+1)
+			p.byRelay[relay] = id
+		}
+		if p.relays[c.To] == nil {
+			p.relays[c.To] = map[string]bool{}
+		}
+		p.relays[c.To][relay] = true
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"id":%q}`, id)
+	}))
+	return p
+}
+
+func (p *dedupProvider) counts() (calls, charges int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls, len(p.byRelay)
+}
+
+// crashTo is the charge's recipient for a test key: the key itself, so
+// the provider can tell which key a charge is for.
+func crashTo(uk string) string { return strings.ReplaceAll(uk, " ", "_") }
 
 type crashLoad struct {
 	base string
@@ -111,7 +165,8 @@ func (l *crashLoad) send(uk string) result {
 	l.pause.RLock()
 	defer l.pause.RUnlock()
 	user, key := splitUK(uk)
-	r := do(http.MethodPost, l.base+"/v1/payments", user, key, paymentBody(1000))
+	r := do(http.MethodPost, l.base+"/v1/payments", user, key,
+		fmt.Sprintf(`{"amount":1000,"currency":"JPY","to":%q}`, crashTo(uk)))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.requests++
@@ -257,9 +312,24 @@ func (l *crashLoad) settle(t *testing.T, d time.Duration) {
 	}
 }
 
-func (l *crashLoad) check(t *testing.T, dsn string) {
+func (l *crashLoad) check(t *testing.T, dsn string, prov *dedupProvider) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	prov.mu.Lock()
+	defer prov.mu.Unlock()
+	for _, b := range prov.bad {
+		t.Errorf("provider called outside the contract: %s", b)
+	}
+	for uk := range l.answers {
+		if n := len(prov.relays[crashTo(uk)]); n > 1 {
+			t.Errorf("key %q: %d provider charges (distinct relay keys), want at most one", uk, n)
+		}
+	}
+	for to := range prov.relays {
+		if _, ok := l.answers[strings.ReplaceAll(to, "_", " ")]; !ok {
+			t.Errorf("provider charged for %q, which no client sent", to)
+		}
+	}
 	ids := map[string]string{}    // payment id -> key
 	charge := map[string]string{} // payment id -> charge id in its 201
 	for uk, rs := range l.answers {
@@ -303,7 +373,9 @@ func (l *crashLoad) check(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
+	booked := map[string]int{} // charge id -> ledger rows
 	for _, r := range ledger {
+		booked[r.Charge]++
 		if seen[r.ID] {
 			t.Errorf("ledger row %s twice", r.ID)
 		}
@@ -321,6 +393,18 @@ func (l *crashLoad) check(t *testing.T, dsn string) {
 	}
 	if len(ledger) != len(l.answers) {
 		t.Errorf("%d ledger rows for %d keys", len(ledger), len(l.answers))
+	}
+	made := map[string]bool{}
+	for relay, id := range prov.byRelay {
+		made[id] = true
+		if booked[id] != 1 {
+			t.Errorf("provider charge %s (relay key %s…) is booked by %d ledger rows, want 1", id, relay[:min(len(relay), 12)], booked[id])
+		}
+	}
+	for id := range booked {
+		if !made[id] {
+			t.Errorf("ledger books charge %s, which the provider never made", id)
+		}
 	}
 	var orphans, processing int
 	if err := conn.QueryRow(ctx, `SELECT
