@@ -24,7 +24,10 @@ const flushTestPort = 15701
 //     n: only the WAL writer's own), and a first execution flushes once, at
 //     the business commit.
 //
-// A fail never waits for its flush in either mode.
+// A fail never waits for its flush in either mode. A step (SaveStep)
+// always does, even on a session running with synchronous_commit = off,
+// where the claims before it do not: the recovery point must be durable
+// when SaveStep returns (the CASE in the step statement).
 func TestWALFlushes(t *testing.T) {
 	t.Parallel()
 	// The WAL writer flushes asynchronous commits every wal_writer_delay;
@@ -38,8 +41,10 @@ func TestWALFlushes(t *testing.T) {
 		// per execution: claim only, or claim + handler + complete
 		execute bool
 		fail    bool
-		min     int
-		max     int
+		// step: claim + SaveStep, on a session with synchronous_commit = off
+		step bool
+		min  int
+		max  int
 	}
 	runs := []run{
 		{name: "plain/claims", min: n, max: 3 * n},
@@ -48,11 +53,16 @@ func TestWALFlushes(t *testing.T) {
 		{name: "transactional/executions", opts: []Option{WithTransactional()}, execute: true, min: n, max: n + n/2},
 		{name: "transactional/fails", opts: []Option{WithTransactional()}, execute: true, fail: true, min: 0, max: n / 4},
 		{name: "plain/fails", execute: true, fail: true, min: n, max: 2 * n}, // the claims'
+		{name: "async session/steps", step: true, min: n, max: n + n/2},
 	}
 	ctx := t.Context()
 	for i, r := range runs {
 		schema := fmt.Sprintf("flush_%d", i)
-		pool := clusterPool(t, c.DSN)
+		var params []string
+		if r.step {
+			params = append(params, "synchronous_commit", "off")
+		}
+		pool := clusterPool(t, c.DSN, params...)
 		s := openStore(t, pool, append([]Option{WithSchema(schema)}, r.opts...)...)
 		table := ledger(t, s)
 		// Warm the connection and the statement cache.
@@ -61,7 +71,7 @@ func TestWALFlushes(t *testing.T) {
 		}
 		pool.Close() // backends flush their statistics when they exit
 
-		pool = clusterPool(t, c.DSN)
+		pool = clusterPool(t, c.DSN, params...)
 		s = openStore(t, pool, append([]Option{WithSchema(schema)}, r.opts...)...)
 		syncs := walSyncs(t, c.DSN)
 		for k := range n {
@@ -70,10 +80,16 @@ func TestWALFlushes(t *testing.T) {
 			if err != nil || !res.Claimed {
 				t.Fatalf("%s: claim: %+v, %v", r.name, res, err)
 			}
+			f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+			if r.step {
+				if err := s.SaveStep(ctx, f, "charge", []byte("ch")); err != nil {
+					t.Fatalf("%s: save step: %v", r.name, err)
+				}
+				continue
+			}
 			if !r.execute {
 				continue
 			}
-			f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 			hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
 			if err := handle(hctx, table, req.Key); err != nil {
 				t.Fatal(err)
@@ -96,11 +112,16 @@ func TestWALFlushes(t *testing.T) {
 	}
 }
 
-func clusterPool(t *testing.T, dsn string) *pgxpool.Pool {
+// clusterPool opens a pool on dsn; params are runtime parameters, name
+// then value.
+func clusterPool(t *testing.T, dsn string, params ...string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(params); i += 2 {
+		cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
 	}
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
