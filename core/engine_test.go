@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -726,82 +727,96 @@ func TestRelayKey(t *testing.T) {
 
 func TestWaitMode(t *testing.T) {
 	t.Run("replays when the owner commits", func(t *testing.T) {
-		eng := newEngine(t, memstore.New(), core.WithWait(5*time.Second))
-		owner := proceed(t, eng, request("k", payBody))
-		done := make(chan *core.Decision, 1)
-		go func() {
-			d, err := eng.Decide(context.Background(), request("k", payBody))
-			if err != nil {
-				t.Errorf("Decide: %v", err)
+		synctest.Test(t, func(t *testing.T) {
+			eng := newEngine(t, memstore.New(), core.WithWait(5*time.Second))
+			owner := proceed(t, eng, request("k", payBody))
+			done := make(chan *core.Decision, 1)
+			go func() {
+				d, err := eng.Decide(context.Background(), request("k", payBody))
+				if err != nil {
+					t.Errorf("Decide: %v", err)
+				}
+				done <- d
+			}()
+			synctest.Wait() // the duplicate is blocked (waiting) or has answered
+			select {
+			case <-done:
+				t.Fatal("the duplicate did not wait for the owner")
+			default:
 			}
-			done <- d
-		}()
-		time.Sleep(100 * time.Millisecond)
-		select {
-		case <-done:
-			t.Fatal("the duplicate did not wait for the owner")
-		default:
-		}
-		require.NoError(t, eng.Commit(context.Background(), owner, created("first")))
-		select {
-		case d := <-done:
-			require.Equal(t, core.Replay, d.Outcome)
-			assert.Equal(t, "first", string(d.Response.Body))
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter never returned")
-		}
+			start := time.Now()
+			require.NoError(t, eng.Commit(context.Background(), owner, created("first")))
+			select {
+			case d := <-done:
+				require.Equal(t, core.Replay, d.Outcome)
+				assert.Equal(t, "first", string(d.Response.Body))
+				assert.Zero(t, time.Since(start), "woken by the commit, not by a later poll")
+			case <-time.After(5 * time.Second):
+				t.Fatal("waiter never returned")
+			}
+		})
 	})
 	t.Run("takes over when the owner aborts", func(t *testing.T) {
-		eng := newEngine(t, memstore.New(), core.WithWait(5*time.Second))
-		owner := proceed(t, eng, request("k", payBody))
-		done := make(chan *core.Decision, 1)
-		go func() {
-			d, _ := eng.Decide(context.Background(), request("k", payBody))
-			done <- d
-		}()
-		time.Sleep(50 * time.Millisecond)
-		require.NoError(t, eng.Abort(context.Background(), owner, errors.New("boom")))
-		select {
-		case d := <-done:
-			require.Equal(t, core.Proceed, d.Outcome)
-			assert.Greater(t, d.Fence().Token, owner.Fence().Token)
-			require.NoError(t, eng.Commit(context.Background(), d, created("second")))
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter never returned")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			eng := newEngine(t, memstore.New(), core.WithWait(5*time.Second))
+			owner := proceed(t, eng, request("k", payBody))
+			done := make(chan *core.Decision, 1)
+			go func() {
+				d, _ := eng.Decide(context.Background(), request("k", payBody))
+				done <- d
+			}()
+			synctest.Wait() // the duplicate is waiting
+			start := time.Now()
+			require.NoError(t, eng.Abort(context.Background(), owner, errors.New("boom")))
+			select {
+			case d := <-done:
+				require.Equal(t, core.Proceed, d.Outcome)
+				assert.Zero(t, time.Since(start), "woken by the abort, not by a later poll")
+				assert.Greater(t, d.Fence().Token, owner.Fence().Token)
+				require.NoError(t, eng.Commit(context.Background(), d, created("second")))
+			case <-time.After(5 * time.Second):
+				t.Fatal("waiter never returned")
+			}
+		})
 	})
 	t.Run("falls back to 409 after the wait", func(t *testing.T) {
-		eng := newEngine(t, memstore.New(), core.WithWait(150*time.Millisecond))
-		owner := proceed(t, eng, request("k", payBody))
-		start := time.Now()
-		d := decide(t, eng, request("k", payBody))
-		took := time.Since(start)
-		requireProblem(t, d, http.StatusConflict, core.ProblemInFlight)
-		assert.GreaterOrEqual(t, took, 150*time.Millisecond)
-		assert.Less(t, took, 2*time.Second)
-		require.NoError(t, eng.Abort(context.Background(), owner, nil))
+		synctest.Test(t, func(t *testing.T) {
+			eng := newEngine(t, memstore.New(), core.WithWait(150*time.Millisecond))
+			owner := proceed(t, eng, request("k", payBody))
+			start := time.Now()
+			d := decide(t, eng, request("k", payBody))
+			took := time.Since(start)
+			requireProblem(t, d, http.StatusConflict, core.ProblemInFlight)
+			assert.GreaterOrEqual(t, took, 150*time.Millisecond)
+			assert.Less(t, took, 2*time.Second)
+			require.NoError(t, eng.Abort(context.Background(), owner, nil))
+		})
 	})
 	t.Run("stops waiting when the request is cancelled", func(t *testing.T) {
-		eng := newEngine(t, memstore.New(), core.WithWait(10*time.Second))
-		owner := proceed(t, eng, request("k", payBody))
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		d, err := eng.Decide(ctx, request("k", payBody))
-		took := time.Since(start)
-		assert.Less(t, took, 5*time.Second)
-		if err == nil {
-			assert.Equal(t, core.Reject, d.Outcome)
-		}
-		require.NoError(t, eng.Abort(context.Background(), owner, nil))
+		synctest.Test(t, func(t *testing.T) {
+			eng := newEngine(t, memstore.New(), core.WithWait(10*time.Second))
+			owner := proceed(t, eng, request("k", payBody))
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			d, err := eng.Decide(ctx, request("k", payBody))
+			took := time.Since(start)
+			assert.Less(t, took, 5*time.Second)
+			if err == nil {
+				assert.Equal(t, core.Reject, d.Outcome)
+			}
+			require.NoError(t, eng.Abort(context.Background(), owner, nil))
+		})
 	})
 	t.Run("mismatch is not waited for", func(t *testing.T) {
-		eng := newEngine(t, memstore.New(), core.WithWait(10*time.Second))
-		owner := proceed(t, eng, request("k", payBody))
-		start := time.Now()
-		requireProblem(t, decide(t, eng, request("k", "{}")), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
-		assert.Less(t, time.Since(start), time.Second)
-		require.NoError(t, eng.Abort(context.Background(), owner, nil))
+		synctest.Test(t, func(t *testing.T) {
+			eng := newEngine(t, memstore.New(), core.WithWait(10*time.Second))
+			owner := proceed(t, eng, request("k", payBody))
+			start := time.Now()
+			requireProblem(t, decide(t, eng, request("k", "{}")), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+			assert.Zero(t, time.Since(start), "a mismatch answered without waiting") // simulated time
+			require.NoError(t, eng.Abort(context.Background(), owner, nil))
+		})
 	})
 }
 

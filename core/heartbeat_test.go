@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -20,206 +21,218 @@ import (
 // it, so duplicates keep getting 409 long after the lease would have lapsed,
 // and the owner commits fine.
 func TestHeartbeatKeepsSlowOwner(t *testing.T) {
-	const lease = 300 * time.Millisecond
-	s := &countingStore{Store: memstore.New()}
-	eng := newEngine(t, s, core.WithLease(lease))
-	owner := proceed(t, eng, request("slow", payBody))
-	ctx := owner.Context(context.Background())
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		s := &countingStore{Store: memstore.New()}
+		eng := newEngine(t, s, core.WithLease(lease))
+		owner := proceed(t, eng, request("slow", payBody))
+		ctx := owner.Context(context.Background())
 
-	deadline := time.Now().Add(1200 * time.Millisecond) // 4 leases
-	probes := 0
-	for time.Now().Before(deadline) {
-		d := decide(t, eng, request("slow", payBody))
-		require.Equal(t, core.Reject, d.Outcome, "probe %d after %v: a live owner was taken over", probes, time.Until(deadline))
-		require.Equal(t, http.StatusConflict, d.Response.Status)
-		probes++
-		time.Sleep(50 * time.Millisecond)
-	}
-	assert.Greater(t, probes, 15)
-	assert.NoError(t, ctx.Err(), "a live owner's context must not be cancelled")
-	assert.GreaterOrEqual(t, s.heartbeats.Load(), int64(3), "heartbeats every lease/3")
+		deadline := time.Now().Add(1200 * time.Millisecond) // 4 leases
+		probes := 0
+		for time.Now().Before(deadline) {
+			d := decide(t, eng, request("slow", payBody))
+			require.Equal(t, core.Reject, d.Outcome, "probe %d after %v: a live owner was taken over", probes, time.Until(deadline))
+			require.Equal(t, http.StatusConflict, d.Response.Status)
+			probes++
+			time.Sleep(50 * time.Millisecond)
+		}
+		assert.Greater(t, probes, 15)
+		assert.NoError(t, ctx.Err(), "a live owner's context must not be cancelled")
+		assert.GreaterOrEqual(t, s.heartbeats.Load(), int64(3), "heartbeats every lease/3")
 
-	require.NoError(t, eng.Commit(ctx, owner, created("slow but done")))
-	r := decide(t, eng, request("slow", payBody))
-	require.Equal(t, core.Replay, r.Outcome)
-	assert.Equal(t, "slow but done", string(r.Response.Body))
+		require.NoError(t, eng.Commit(ctx, owner, created("slow but done")))
+		r := decide(t, eng, request("slow", payBody))
+		require.Equal(t, core.Replay, r.Outcome)
+		assert.Equal(t, "slow but done", string(r.Response.Body))
 
-	// The heartbeat stops with the commit.
-	n := s.heartbeats.Load()
-	time.Sleep(2 * lease / 3)
-	assert.Equal(t, n, s.heartbeats.Load(), "heartbeat still running after Commit")
+		// The heartbeat stops with the commit.
+		n := s.heartbeats.Load()
+		time.Sleep(2 * lease / 3)
+		assert.Equal(t, n, s.heartbeats.Load(), "heartbeat still running after Commit")
+	})
 }
 
 // A dead owner (no heartbeat: it was OOM-killed) is taken over once its
 // lease lapses, and its late Commit is fenced off with ErrLeaseLost.
 func TestDeadOwnerTakenOver(t *testing.T) {
-	const lease = 200 * time.Millisecond
-	mem := memstore.New()
-	// The dead instance: its heartbeats never reach the store.
-	dead := newEngine(t, &faultStore{Store: mem, heartbeat: func(context.Context, core.Fence, time.Duration) error { return nil }}, core.WithLease(lease))
-	alive := newEngine(t, mem, core.WithLease(lease))
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 200 * time.Millisecond
+		mem := memstore.New()
+		// The dead instance: its heartbeats never reach the store.
+		dead := newEngine(t, &faultStore{Store: mem, heartbeat: func(context.Context, core.Fence, time.Duration) error { return nil }}, core.WithLease(lease))
+		alive := newEngine(t, mem, core.WithLease(lease))
 
-	zombie := proceed(t, dead, request("k", payBody))
-	requireProblem(t, decide(t, alive, request("k", payBody)), http.StatusConflict, core.ProblemInFlight)
+		zombie := proceed(t, dead, request("k", payBody))
+		requireProblem(t, decide(t, alive, request("k", payBody)), http.StatusConflict, core.ProblemInFlight)
 
-	var heir *core.Decision
-	require.Eventually(t, func() bool {
-		d := decide(t, alive, request("k", payBody))
-		if d.Outcome == core.Proceed {
-			heir = d
-			return true
-		}
-		return false
-	}, 3*time.Second, 20*time.Millisecond, "the lapsed lease was never taken over")
-	assert.Greater(t, heir.Fence().Token, zombie.Fence().Token, "a takeover bumps the token")
+		var heir *core.Decision
+		require.Eventually(t, func() bool {
+			d := decide(t, alive, request("k", payBody))
+			if d.Outcome == core.Proceed {
+				heir = d
+				return true
+			}
+			return false
+		}, 3*time.Second, 20*time.Millisecond, "the lapsed lease was never taken over")
+		assert.Greater(t, heir.Fence().Token, zombie.Fence().Token, "a takeover bumps the token")
 
-	require.NoError(t, alive.Commit(context.Background(), heir, created("heir")))
-	err := dead.Commit(context.Background(), zombie, created("zombie"))
-	require.ErrorIs(t, err, core.ErrLeaseLost)
-	assert.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
+		require.NoError(t, alive.Commit(context.Background(), heir, created("heir")))
+		err := dead.Commit(context.Background(), zombie, created("zombie"))
+		require.ErrorIs(t, err, core.ErrLeaseLost)
+		assert.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
 
-	r := decide(t, alive, request("k", payBody))
-	require.Equal(t, core.Replay, r.Outcome)
-	assert.Equal(t, "heir", string(r.Response.Body), "the stale owner must not overwrite the new owner's result")
+		r := decide(t, alive, request("k", payBody))
+		require.Equal(t, core.Replay, r.Outcome)
+		assert.Equal(t, "heir", string(r.Response.Body), "the stale owner must not overwrite the new owner's result")
 
-	// The same with the zombie committing before the heir: still fenced.
-	zombie = proceed(t, dead, request("k2", payBody))
-	require.Eventually(t, func() bool {
-		heir = decide(t, alive, request("k2", payBody))
-		return heir.Outcome == core.Proceed
-	}, 3*time.Second, 20*time.Millisecond)
-	require.ErrorIs(t, dead.Commit(context.Background(), zombie, core.Response{Status: 500}), core.ErrLeaseLost)
-	require.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
-	requireProblem(t, decide(t, alive, request("k2", payBody)), http.StatusConflict, core.ProblemInFlight)
-	require.NoError(t, alive.Commit(context.Background(), heir, created("heir2")))
+		// The same with the zombie committing before the heir: still fenced.
+		zombie = proceed(t, dead, request("k2", payBody))
+		require.Eventually(t, func() bool {
+			heir = decide(t, alive, request("k2", payBody))
+			return heir.Outcome == core.Proceed
+		}, 3*time.Second, 20*time.Millisecond)
+		require.ErrorIs(t, dead.Commit(context.Background(), zombie, core.Response{Status: 500}), core.ErrLeaseLost)
+		require.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
+		requireProblem(t, decide(t, alive, request("k2", payBody)), http.StatusConflict, core.ProblemInFlight)
+		require.NoError(t, alive.Commit(context.Background(), heir, created("heir2")))
+	})
 }
 
 // When the heartbeat finds the lease gone (the owner stalled past its
 // lease, e.g. a long GC pause or a partition, and was taken over), the
 // handler's context is cancelled with a cause wrapping ErrLeaseLost.
 func TestHeartbeatLeaseLostCancelsHandler(t *testing.T) {
-	const lease = 300 * time.Millisecond
-	mem := memstore.New()
-	var stalled atomic.Bool
-	stalled.Store(true)
-	owner := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
-		if stalled.Load() {
-			return nil // the heartbeat is lost on the way
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		mem := memstore.New()
+		var stalled atomic.Bool
+		stalled.Store(true)
+		owner := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+			if stalled.Load() {
+				return nil // the heartbeat is lost on the way
+			}
+			return mem.Heartbeat(ctx, f, d)
+		}}, core.WithLease(lease))
+		other := newEngine(t, mem, core.WithLease(lease))
+
+		d := proceed(t, owner, request("k", payBody))
+		ctx := d.Context(context.Background())
+
+		var heir *core.Decision
+		require.Eventually(t, func() bool {
+			heir = decide(t, other, request("k", payBody))
+			return heir.Outcome == core.Proceed
+		}, 3*time.Second, 20*time.Millisecond)
+		stalled.Store(false) // the next heartbeat reaches the store and finds the lease gone
+
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("handler context not cancelled after the lease was lost")
 		}
-		return mem.Heartbeat(ctx, f, d)
-	}}, core.WithLease(lease))
-	other := newEngine(t, mem, core.WithLease(lease))
+		cause := context.Cause(ctx)
+		assert.ErrorIs(t, cause, core.ErrLeaseLost)
+		assert.ErrorIs(t, ctx.Err(), context.Canceled)
+		// Contexts derived later are born cancelled with the same cause.
+		assert.ErrorIs(t, context.Cause(d.Context(context.Background())), core.ErrLeaseLost)
 
-	d := proceed(t, owner, request("k", payBody))
-	ctx := d.Context(context.Background())
-
-	var heir *core.Decision
-	require.Eventually(t, func() bool {
-		heir = decide(t, other, request("k", payBody))
-		return heir.Outcome == core.Proceed
-	}, 3*time.Second, 20*time.Millisecond)
-	stalled.Store(false) // the next heartbeat reaches the store and finds the lease gone
-
-	select {
-	case <-ctx.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("handler context not cancelled after the lease was lost")
-	}
-	cause := context.Cause(ctx)
-	assert.ErrorIs(t, cause, core.ErrLeaseLost)
-	assert.ErrorIs(t, ctx.Err(), context.Canceled)
-	// Contexts derived later are born cancelled with the same cause.
-	assert.ErrorIs(t, context.Cause(d.Context(context.Background())), core.ErrLeaseLost)
-
-	require.ErrorIs(t, owner.Commit(ctx, d, created("stale")), core.ErrLeaseLost)
-	require.NoError(t, other.Commit(context.Background(), heir, created("fresh")))
-	assert.Equal(t, "fresh", string(decide(t, other, request("k", payBody)).Response.Body))
+		require.ErrorIs(t, owner.Commit(ctx, d, created("stale")), core.ErrLeaseLost)
+		require.NoError(t, other.Commit(context.Background(), heir, created("fresh")))
+		assert.Equal(t, "fresh", string(decide(t, other, request("k", payBody)).Response.Body))
+	})
 }
 
 // A store that cannot be reached for a whole lease may already have handed
 // the key to another instance: the handler is stopped.
 func TestHeartbeatFailingForWholeLease(t *testing.T) {
-	const lease = 300 * time.Millisecond
-	var mu sync.Mutex
-	var events []core.Event
-	eng := newEngine(t, &faultStore{Store: memstore.New(), heartbeat: func(context.Context, core.Fence, time.Duration) error {
-		return errors.New("store unreachable")
-	}}, core.WithLease(lease), core.WithObserver(func(ev core.Event) {
-		mu.Lock()
-		events = append(events, ev)
-		mu.Unlock()
-	}))
-	start := time.Now()
-	d := proceed(t, eng, request("k", payBody))
-	ctx := d.Context(context.Background())
-	select {
-	case <-ctx.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("handler context not cancelled")
-	}
-	assert.GreaterOrEqual(t, time.Since(start), lease, "one failed heartbeat must not stop the handler")
-	assert.ErrorIs(t, context.Cause(ctx), core.ErrLeaseLost)
-	_ = eng.Abort(context.Background(), d, context.Cause(ctx))
-	mu.Lock()
-	defer mu.Unlock()
-	var hbErrors int
-	for _, ev := range events {
-		if ev.Kind == "heartbeat_error" {
-			hbErrors++
-			assert.Error(t, ev.Err)
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		var mu sync.Mutex
+		var events []core.Event
+		eng := newEngine(t, &faultStore{Store: memstore.New(), heartbeat: func(context.Context, core.Fence, time.Duration) error {
+			return errors.New("store unreachable")
+		}}, core.WithLease(lease), core.WithObserver(func(ev core.Event) {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}))
+		start := time.Now()
+		d := proceed(t, eng, request("k", payBody))
+		ctx := d.Context(context.Background())
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("handler context not cancelled")
 		}
-	}
-	assert.GreaterOrEqual(t, hbErrors, 2)
+		assert.GreaterOrEqual(t, time.Since(start), lease, "one failed heartbeat must not stop the handler")
+		assert.ErrorIs(t, context.Cause(ctx), core.ErrLeaseLost)
+		_ = eng.Abort(context.Background(), d, context.Cause(ctx))
+		mu.Lock()
+		defer mu.Unlock()
+		var hbErrors int
+		for _, ev := range events {
+			if ev.Kind == "heartbeat_error" {
+				hbErrors++
+				assert.Error(t, ev.Err)
+			}
+		}
+		assert.GreaterOrEqual(t, hbErrors, 2)
+	})
 }
 
 // A transient heartbeat error does not stop a handler whose next heartbeat
 // succeeds.
 func TestHeartbeatTransientError(t *testing.T) {
-	const lease = 300 * time.Millisecond
-	mem := memstore.New()
-	var calls atomic.Int64
-	eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
-		if calls.Add(1)%2 == 1 {
-			return errors.New("blip")
-		}
-		return mem.Heartbeat(ctx, f, d)
-	}}, core.WithLease(lease))
-	d := proceed(t, eng, request("k", payBody))
-	ctx := d.Context(context.Background())
-	time.Sleep(4 * lease)
-	assert.NoError(t, ctx.Err())
-	assert.GreaterOrEqual(t, calls.Load(), int64(6))
-	require.NoError(t, eng.Commit(ctx, d, created("ok")))
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		mem := memstore.New()
+		var calls atomic.Int64
+		eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+			if calls.Add(1)%2 == 1 {
+				return errors.New("blip")
+			}
+			return mem.Heartbeat(ctx, f, d)
+		}}, core.WithLease(lease))
+		d := proceed(t, eng, request("k", payBody))
+		ctx := d.Context(context.Background())
+		time.Sleep(4 * lease)
+		assert.NoError(t, ctx.Err())
+		assert.GreaterOrEqual(t, calls.Load(), int64(6))
+		require.NoError(t, eng.Commit(ctx, d, created("ok")))
+	})
 }
 
 // Claims wait for their first renewal in one queue per engine: one that
 // finishes early leaves it from the middle, the slow ones around it still
 // get their renewals, and each renewal loop stops with its own Commit.
 func TestHeartbeatQueue(t *testing.T) {
-	const lease = 150 * time.Millisecond
-	s := &countingStore{Store: memstore.New()}
-	eng := newEngine(t, s, core.WithLease(lease))
-	a := proceed(t, eng, request("q-a", payBody))
-	b := proceed(t, eng, request("q-b", payBody))
-	c := proceed(t, eng, request("q-c", payBody))
-	require.NoError(t, eng.Commit(context.Background(), b, created("b")))
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 150 * time.Millisecond
+		s := &countingStore{Store: memstore.New()}
+		eng := newEngine(t, s, core.WithLease(lease))
+		a := proceed(t, eng, request("q-a", payBody))
+		b := proceed(t, eng, request("q-b", payBody))
+		c := proceed(t, eng, request("q-c", payBody))
+		require.NoError(t, eng.Commit(context.Background(), b, created("b")))
 
-	time.Sleep(2 * lease) // past the lease: a and c live only by their renewals
-	for _, key := range []string{"q-a", "q-c"} {
-		d := decide(t, eng, request(key, payBody))
-		require.Equal(t, core.Reject, d.Outcome, "%s was taken over: no renewal", key)
-	}
-	assert.GreaterOrEqual(t, s.heartbeats.Load(), int64(4), "a and c renew every lease/3")
+		time.Sleep(2 * lease) // past the lease: a and c live only by their renewals
+		for _, key := range []string{"q-a", "q-c"} {
+			d := decide(t, eng, request(key, payBody))
+			require.Equal(t, core.Reject, d.Outcome, "%s was taken over: no renewal", key)
+		}
+		assert.GreaterOrEqual(t, s.heartbeats.Load(), int64(4), "a and c renew every lease/3")
 
-	require.NoError(t, eng.Commit(context.Background(), a, created("a")))
-	require.NoError(t, eng.Commit(context.Background(), c, created("c")))
-	n := s.heartbeats.Load()
-	time.Sleep(2 * lease / 3)
-	assert.Equal(t, n, s.heartbeats.Load(), "renewals after Commit")
+		require.NoError(t, eng.Commit(context.Background(), a, created("a")))
+		require.NoError(t, eng.Commit(context.Background(), c, created("c")))
+		n := s.heartbeats.Load()
+		time.Sleep(2 * lease / 3)
+		assert.Equal(t, n, s.heartbeats.Load(), "renewals after Commit")
 
-	// The queue is reused once empty.
-	d := proceed(t, eng, request("q-d", payBody))
-	time.Sleep(2 * lease)
-	assert.Greater(t, s.heartbeats.Load(), n, "a claim after the queue emptied gets renewals too")
-	require.NoError(t, eng.Commit(context.Background(), d, created("d")))
+		// The queue is reused once empty.
+		d := proceed(t, eng, request("q-d", payBody))
+		time.Sleep(2 * lease)
+		assert.Greater(t, s.heartbeats.Load(), n, "a claim after the queue emptied gets renewals too")
+		require.NoError(t, eng.Commit(context.Background(), d, created("d")))
+	})
 }

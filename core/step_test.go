@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -151,39 +152,41 @@ func TestStepResumesAfterPanicAndAbort(t *testing.T) {
 // the stored result without running the step, and the dead owner can no
 // longer store anything.
 func TestStepTakeoverAfterCrash(t *testing.T) {
-	store := &countingSteps{Store: memstore.New()}
-	dying := &dyingStore{countingSteps: store}
-	const lease = 100 * time.Millisecond
-	engA := newEngine(t, dying, core.WithLease(lease))
-	engB := newEngine(t, store, core.WithLease(time.Minute))
-	charge := &stepCounter{result: "ch_1"}
+	synctest.Test(t, func(t *testing.T) {
+		store := &countingSteps{Store: memstore.New()}
+		dying := &dyingStore{countingSteps: store}
+		const lease = 100 * time.Millisecond
+		engA := newEngine(t, dying, core.WithLease(lease))
+		engB := newEngine(t, store, core.WithLease(time.Minute))
+		charge := &stepCounter{result: "ch_1"}
 
-	d := proceed(t, engA, request("k1", payBody))
-	ctxA := d.Context(context.Background())
-	_, err := core.Step(ctxA, "charge", charge.fn)
-	require.NoError(t, err)
-	assert.EqualValues(t, 0, store.loads.Load(), "a fresh claim reads no steps")
-	crash(t, engA, dying, d)
-	time.Sleep(3 * lease)
+		d := proceed(t, engA, request("k1", payBody))
+		ctxA := d.Context(context.Background())
+		_, err := core.Step(ctxA, "charge", charge.fn)
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, store.loads.Load(), "a fresh claim reads no steps")
+		crash(t, engA, dying, d)
+		time.Sleep(3 * lease)
 
-	d2 := proceed(t, engB, request("k1", payBody))
-	ctxB := d2.Context(context.Background())
-	out, err := core.Step(ctxB, "charge", charge.fn)
-	require.NoError(t, err)
-	assert.Equal(t, "ch_1", string(out), "the stored result")
-	assert.EqualValues(t, 1, charge.runs.Load(), "the step did not run again after the takeover")
-	notify := &stepCounter{result: "n"}
-	_, err = core.Step(ctxB, "notify", notify.fn)
-	require.NoError(t, err)
-	assert.EqualValues(t, 1, store.loads.Load(), "a resumed execution reads its steps once")
+		d2 := proceed(t, engB, request("k1", payBody))
+		ctxB := d2.Context(context.Background())
+		out, err := core.Step(ctxB, "charge", charge.fn)
+		require.NoError(t, err)
+		assert.Equal(t, "ch_1", string(out), "the stored result")
+		assert.EqualValues(t, 1, charge.runs.Load(), "the step did not run again after the takeover")
+		notify := &stepCounter{result: "n"}
+		_, err = core.Step(ctxB, "notify", notify.fn)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, store.loads.Load(), "a resumed execution reads its steps once")
 
-	// The dead owner (had it survived) can neither read nor store steps
-	// any more: its next step is refused before its function runs.
-	lateA := core.ContextWithLease(context.Background(), core.NewLease(store, d.Fence()))
-	_, err = core.Step(lateA, "refund", notify.fn)
-	require.ErrorIs(t, err, core.ErrLeaseLost)
-	assert.EqualValues(t, 1, notify.runs.Load())
-	require.NoError(t, engB.Commit(context.Background(), d2, created(string(out))))
+		// The dead owner (had it survived) can neither read nor store steps
+		// any more: its next step is refused before its function runs.
+		lateA := core.ContextWithLease(context.Background(), core.NewLease(store, d.Fence()))
+		_, err = core.Step(lateA, "refund", notify.fn)
+		require.ErrorIs(t, err, core.ErrLeaseLost)
+		assert.EqualValues(t, 1, notify.runs.Load())
+		require.NoError(t, engB.Commit(context.Background(), d2, created(string(out))))
+	})
 }
 
 // dyingStore is a store whose process can be killed: from then on its
@@ -221,36 +224,38 @@ func crash(t *testing.T, eng *core.Engine, store *dyingStore, d *core.Decision) 
 }
 
 func TestStepOnceWithinExecution(t *testing.T) {
-	eng := newEngine(t, memstore.New())
-	d := proceed(t, eng, request("k1", payBody))
-	ctx := d.Context(context.Background())
-	c := &stepCounter{result: "x"}
-	slow := func(ctx context.Context) ([]byte, error) {
-		time.Sleep(20 * time.Millisecond)
-		return c.fn(ctx)
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := core.Step(ctx, "charge", slow)
-			if err != nil || string(out) != "x" {
-				t.Errorf("concurrent Step: %q, %v", out, err)
-			}
-		}()
-	}
-	wg.Wait()
-	out, err := core.Step(ctx, "charge", slow)
-	require.NoError(t, err)
-	assert.Equal(t, "x", string(out))
-	assert.EqualValues(t, 1, c.runs.Load(), "one name runs once per execution, concurrent calls included")
+	synctest.Test(t, func(t *testing.T) {
+		eng := newEngine(t, memstore.New())
+		d := proceed(t, eng, request("k1", payBody))
+		ctx := d.Context(context.Background())
+		c := &stepCounter{result: "x"}
+		slow := func(ctx context.Context) ([]byte, error) {
+			time.Sleep(20 * time.Millisecond)
+			return c.fn(ctx)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := core.Step(ctx, "charge", slow)
+				if err != nil || string(out) != "x" {
+					t.Errorf("concurrent Step: %q, %v", out, err)
+				}
+			}()
+		}
+		wg.Wait()
+		out, err := core.Step(ctx, "charge", slow)
+		require.NoError(t, err)
+		assert.Equal(t, "x", string(out))
+		assert.EqualValues(t, 1, c.runs.Load(), "one name runs once per execution, concurrent calls included")
 
-	// The caller owns the returned slice.
-	out[0] = 'Y'
-	again, err := core.Step(ctx, "charge", slow)
-	require.NoError(t, err)
-	assert.Equal(t, "x", string(again))
+		// The caller owns the returned slice.
+		out[0] = 'Y'
+		again, err := core.Step(ctx, "charge", slow)
+		require.NoError(t, err)
+		assert.Equal(t, "x", string(again))
+	})
 }
 
 func TestStepFailureStoresNothing(t *testing.T) {

@@ -35,6 +35,7 @@ type tenancyEnv struct {
 
 	mu   sync.Mutex
 	runs map[string]int // "scope|key" -> runs
+	ran  chan struct{}  // closed (and replaced) at every run
 }
 
 // newTenancyEnv serves POST /pay with the scope from X-User-ID (missing:
@@ -49,13 +50,15 @@ func newTenancyEnv(t *testing.T, store *memstore.Store, block <-chan struct{}, o
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &tenancyEnv{t: t, store: store, runs: map[string]int{}}
+	env := &tenancyEnv{t: t, store: store, runs: map[string]int{}, ran: make(chan struct{})}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user := r.Header.Get("X-User-ID")
 		key, _ := core.KeyFromContext(r.Context())
 		env.mu.Lock()
 		env.runs[user+"|"+key]++
 		n := env.runs[user+"|"+key]
+		close(env.ran)
+		env.ran = make(chan struct{})
 		env.mu.Unlock()
 		if block != nil {
 			select {
@@ -104,6 +107,25 @@ func newTenancyEnv(t *testing.T, store *memstore.Store, block <-chan struct{}, o
 		tr.CloseIdleConnections()
 	})
 	return env
+}
+
+// waitRun returns once user's handler for key has started.
+func (e *tenancyEnv) waitRun(user, key string) {
+	e.t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		e.mu.Lock()
+		n, ran := e.runs[user+"|"+key], e.ran
+		e.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ran:
+		case <-timeout:
+			e.t.Fatalf("%s's handler for %s never started", user, key)
+		}
+	}
 }
 
 func (e *tenancyEnv) runsOf(user, key string) int {
@@ -213,10 +235,7 @@ func TestTenancyInFlightIsPerTenant(t *testing.T) {
 		resp.Body.Close()
 		done <- tenancyResp{resp.StatusCode, resp.Header, b}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for env.runsOf("alice", "k") == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	env.waitRun("alice", "k")
 	// Alice's duplicate: 409. Bob: not blocked by alice.
 	if r := env.post("alice", "k", "{}"); r.status != 409 {
 		t.Errorf("alice's duplicate while in flight: %d", r.status)
@@ -236,9 +255,7 @@ func TestTenancyInFlightIsPerTenant(t *testing.T) {
 		resp.Body.Close()
 		bobDone <- tenancyResp{resp.StatusCode, resp.Header, b}
 	}()
-	for env.runsOf("bob", "k") == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	env.waitRun("bob", "k")
 	if env.runsOf("bob", "k") != 1 {
 		t.Errorf("bob's handler did not start while alice held the same key")
 	}
@@ -372,10 +389,8 @@ func TestTenancyLogsRedactKeysAndBodies(t *testing.T) {
 					resp.Body.Close()
 				}
 			}()
+			blocked.waitRun("bob", key)
 			deadline := time.Now().Add(5 * time.Second)
-			for blocked.runsOf("bob", key) == 0 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
 			blocked.post("bob", key, body) // conflict
 			close(block)
 
