@@ -57,11 +57,12 @@ type Request struct {
 	// Route is the route template ("/v1/payments/:id"), or the path when the
 	// framework has none. It is part of the fingerprint.
 	Route string
-	// RouteIsPath says Route is the request path, not a template: no router
-	// matched the request before the middleware ran (it wraps a whole mux,
-	// or no route matched). The path is fingerprinted as usual, but events
-	// (Event.Route) and log lines name no route: a path chosen by the
-	// client must not become a metric label, one series per path.
+	// RouteIsPath says Route is the request path, not a template: the
+	// adapter could not learn the route (the middleware wraps a handler
+	// that routes after it, or no route matched). The path is fingerprinted
+	// as usual, but events (Event.Route) and log lines name no route: a
+	// path chosen by the client must not become a metric label, one series
+	// per path.
 	RouteIsPath bool
 	// Target is the request target as received, path and query
 	// (r.URL.RequestURI()). It is part of the fingerprint, so one key reused
