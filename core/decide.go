@@ -152,6 +152,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: rec.Token}, store: e.store, fresh: res.Fresh,
 				born: rec.CreatedAt, fp: rec.Fingerprint, legacy: e.legacyRelay(rec.CreatedAt)}}
 			d.lease = &d.own.lease
+			d.lease.lose = d.loseLease
 			d.startHeartbeat(sent)
 			e.observe(Event{Kind: EventClaim, Scope: scope, Route: route, Duration: took})
 			e.log(ctx, slog.LevelInfo, "claim", key, scope, route, slog.Int64("token", res.Record.Token))

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ type Lease struct {
 	born   time.Time
 	fp     string
 	legacy bool
+	// synced: the claim was made durable before the first relay key left
+	// (ClaimSyncer); lose cancels the handler's context when it could not be.
+	synced sync.Once
+	lose   func(error)
 
 	mu   sync.Mutex
 	vals map[any]any
@@ -112,6 +117,12 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 // expired or was swept) sends another, so the provider does not answer a
 // new payment with the old charge. It returns "" when ctx carries no lease.
 //
+// Because the key names the record, the record must survive a crash before
+// the key leaves: with a store whose claims may not yet be durable
+// (ClaimSyncer: pgstore in transactional mode), the first RelayKey of an
+// execution makes the claim durable (one round trip); if that fails, ctx is
+// cancelled with the cause, so a provider call made with it fails too.
+//
 // Records created before WithLegacyRelayKeysBefore keep the keys of earlier
 // releases, derived from (scope, key, label) alone.
 func RelayKey(ctx context.Context, label string) string {
@@ -122,7 +133,34 @@ func RelayKey(ctx context.Context, label string) string {
 	if l.legacy {
 		return relayKeyV1(l.fence.Scope, l.fence.Key, label)
 	}
+	l.synced.Do(func() { l.syncClaim(ctx) })
 	return relayKeyV2(l.fence.Scope, l.fence.Key, l.born, l.fp, label)
+}
+
+// ClaimSyncer is implemented by stores whose claims may not be durable when
+// Claim returns (pgstore in transactional mode commits them without waiting
+// for their WAL flush: a crash loses a lock, never a fact). A relay key
+// names its record's incarnation, so once a provider has seen one, the
+// record is a fact: were it lost, the retry would create another record and
+// relay another key, and the provider would charge twice. RelayKey
+// therefore asks the store, before the first key of an execution leaves,
+// to make the claim durable. SyncClaim returns an error wrapping
+// ErrLeaseLost when f no longer owns the record.
+type ClaimSyncer interface {
+	SyncClaim(ctx context.Context, f Fence) error
+}
+
+// syncClaim makes the lease's claim durable (ClaimSyncer). When it cannot,
+// the handler's context is cancelled with the cause, so a provider call
+// made with it fails instead of charging under a key a crash could orphan.
+func (l *Lease) syncClaim(ctx context.Context) {
+	s, ok := StoreAs[ClaimSyncer](l.store)
+	if !ok {
+		return
+	}
+	if err := s.SyncClaim(ctx, l.fence); err != nil && l.lose != nil {
+		l.lose(fmt.Errorf("idem: relay key: the claim could not be made durable: %w", err))
+	}
 }
 
 // RelayKeyOf returns the relay key RelayKey gives, under label, to the

@@ -27,7 +27,9 @@ const flushTestPort = 15701
 // A fail never waits for its flush in either mode. A step (SaveStep)
 // always does, even on a session running with synchronous_commit = off,
 // where the claims before it do not: the recovery point must be durable
-// when SaveStep returns (the CASE in the step statement).
+// when SaveStep returns (the CASE in the step statement). So does
+// SyncClaim, which RelayKey calls before a key names an asynchronous
+// claim's record to a provider.
 func TestWALFlushes(t *testing.T) {
 	t.Parallel()
 	// The WAL writer flushes asynchronous commits every wal_writer_delay;
@@ -43,6 +45,9 @@ func TestWALFlushes(t *testing.T) {
 		fail    bool
 		// step: claim + SaveStep, on a session with synchronous_commit = off
 		step bool
+		// sync: claim + SyncClaim (a relay key asked for), on a session
+		// with synchronous_commit = off
+		sync bool
 		min  int
 		max  int
 	}
@@ -54,12 +59,14 @@ func TestWALFlushes(t *testing.T) {
 		{name: "transactional/fails", opts: []Option{WithTransactional()}, execute: true, fail: true, min: 0, max: n / 4},
 		{name: "plain/fails", execute: true, fail: true, min: n, max: 2 * n}, // the claims'
 		{name: "async session/steps", step: true, min: n, max: n + n/2},
+		{name: "transactional, async session/synced claims", opts: []Option{WithTransactional()}, sync: true, min: n, max: n + n/2},
+		{name: "plain/synced claims", sync: true, min: n, max: n + n/2}, // the claims' own; SyncClaim adds none
 	}
 	ctx := t.Context()
 	for i, r := range runs {
 		schema := fmt.Sprintf("flush_%d", i)
 		var params []string
-		if r.step {
+		if r.step || (r.sync && len(r.opts) > 0) {
 			params = append(params, "synchronous_commit", "off")
 		}
 		pool := clusterPool(t, c.DSN, params...)
@@ -81,6 +88,12 @@ func TestWALFlushes(t *testing.T) {
 				t.Fatalf("%s: claim: %+v, %v", r.name, res, err)
 			}
 			f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+			if r.sync {
+				if err := s.SyncClaim(ctx, f); err != nil {
+					t.Fatalf("%s: sync claim: %v", r.name, err)
+				}
+				continue
+			}
 			if r.step {
 				if err := s.SaveStep(ctx, f, "charge", []byte("ch")); err != nil {
 					t.Fatalf("%s: save step: %v", r.name, err)

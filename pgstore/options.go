@@ -183,7 +183,10 @@ func WithOptimisticClaim() Option {
 // order); if the database crashes before it, nothing the claim protected
 // was committed either, so a lost claim is a lost lock, never a lost fact.
 // A first execution then costs one WAL flush instead of two. Completing
-// and anything else that stores a fact stay synchronous.
+// and anything else that stores a fact stay synchronous — including the
+// claim itself once the handler asks for a relay key (core.RelayKey): the
+// key names the record, so the record must outlive a crash before the key
+// reaches a provider (SyncClaim: one more flush, for those executions only).
 //
 // Do not use it when handlers have effects outside the database without a
 // relayed key: a crash and quick recovery of the database during such a

@@ -14,6 +14,7 @@ type statements struct {
 	claimText string
 	claimNew  string // WithOptimisticClaim's first statement
 	heartbeat string
+	syncClaim string
 	complete  string
 	// completeTx: complete inside the handler's transaction; raises
 	// leaseLostMarker when the fence matches nothing.
@@ -315,6 +316,16 @@ SELECT waiters FROM c`
 	if c.transactional {
 		s.heartbeat = asyncCTE + `UPDATE ` + n.table + ` SET locked_until = {{NOW}} + $4::bigint * interval '1 microsecond' FROM async WHERE ` + fenceWhere
 	}
+	// SyncClaim (syncclaim.go): a fenced write that waits for its flush,
+	// and so for the asynchronous claim's before it (WAL order). Setting
+	// locked_until to itself still writes a row version, hence a commit
+	// record to flush. The CASE is step.go's: synchronous even where the
+	// session runs with synchronous_commit = off. PostgreSQL-only
+	// (set_config, current_setting).
+	s.syncClaim = `UPDATE ` + n.table + ` SET locked_until = locked_until WHERE ` + fenceWhere + `
+  AND CASE WHEN current_setting('synchronous_commit') = 'off'
+           THEN set_config('synchronous_commit', 'on', true) IS NOT NULL
+           ELSE true END`
 	// A fail never waits for its flush, in either mode: if a crash loses
 	// it, the record stays processing until its lease lapses, which is what
 	// a crashed owner leaves anyway.
@@ -339,7 +350,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := nowReplacer(c)
-	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

@@ -1,0 +1,36 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemkit/idem/core"
+)
+
+var _ core.ClaimSyncer = (*Store)(nil)
+
+// SyncClaim implements core.ClaimSyncer. In transactional mode a claim
+// commits without waiting for its WAL flush; a crash before the business
+// commit loses it, which loses a lock, never a fact — until a relay key
+// derived from the record has left the process: a retry after the crash
+// would create another record, relay another key and be charged again.
+// core.RelayKey calls SyncClaim before the first key of an execution
+// leaves: one fenced statement that waits for its flush, and so for the
+// claim's. In plain mode claims are synchronous and it does nothing.
+func (s *Store) SyncClaim(ctx context.Context, f core.Fence) error {
+	const op = "sync claim"
+	if !s.cfg.transactional {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err)
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.syncClaim, f.Scope, f.Key, f.Token)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: sync claim: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
