@@ -117,6 +117,19 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, wrap(ctx, "tx: begin", err)
 		}
+		if s.cfg.causal && s.txDB != s.db && (s.galera.Load() || s.forceCausal) {
+			// The claim committed through the store's own node; the
+			// transaction runs on another (WithTxDB). Wait until that
+			// node has applied the claim, or the fenced UPDATE at
+			// Complete would not see it and refuse the owner as a stale
+			// one. The wait runs before BEGIN, on the same pool: as a
+			// prefix of the first statement inside the transaction it
+			// did not help (internal/galera TestTxHandlerEnds, under load).
+			// One round trip more, on Galera with WithTxDB only.
+			if _, err := s.txDB.ExecContext(ctx, "SET STATEMENT wsrep_sync_wait = 1 FOR SELECT 1"); err != nil {
+				return nil, wrap(ctx, "tx: causal wait", err)
+			}
+		}
 		// database/sql rolls a transaction back when its context ends; this
 		// one must last until Complete or Fail, whatever the request does.
 		tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.txOpts)
