@@ -169,11 +169,14 @@ start_node() { # start_node I [EXTRA...]
 	pids[i - 1]=$!
 }
 
-wait_ready() { # wait_ready I: the node answers SQL and is synced with the cluster
+wait_ready() { # wait_ready I: the node answers SQL, is synced with the cluster and ready for clients
 	local i=$1 s=0
 	while [ $s -lt $((WAIT * 2)) ]; do
 		kill -0 "${pids[$((i - 1))]}" 2>/dev/null || return 1
-		if [ "$(ping_node "$i" "select variable_value from information_schema.global_status where variable_name='wsrep_local_state_comment'")" = "Synced" ]; then
+		# Synced alone is not enough: a node can report it while wsrep_ready is
+		# still OFF, and then refuses statements (1047 "WSREP has not yet
+		# prepared node for application use"), as a test saw right after start.
+		if [ "$(ping_node "$i" "select group_concat(variable_value order by variable_name) from information_schema.global_status where variable_name in ('wsrep_local_state_comment', 'wsrep_ready')")" = "Synced,ON" ]; then
 			return 0
 		fi
 		sleep 0.5
@@ -199,6 +202,11 @@ start_node 2
 start_node 3
 join 2
 join 3
+# A donor (node1 gives each joiner its state by rsync) is desynced while it
+# donates: every node must be back to Synced and ready before tests start.
+for i in "${NODES[@]}"; do
+	wait_ready "$i" || die "node$i exited after the cluster formed"
+done
 size=$(ping_node 1 "select variable_value from information_schema.global_status where variable_name='wsrep_cluster_size'")
 [ "$size" = 3 ] || die "wsrep_cluster_size is $size, want 3"
 log "cluster of $size nodes formed in $(($(date +%s) - t0))s"
