@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/claimrule"
 )
 
 // Column limits (bytes), as declared in migration 0001. Longer values are
@@ -286,7 +287,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		if err != nil {
 			return core.ClaimResult{}, wrap(ctx, op, err)
 		}
-		if found && !claimable(&res.Record, res.Now, &req) {
+		if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
 			return res, nil
 		}
 	}
@@ -303,7 +304,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		if err != nil {
 			return core.ClaimResult{}, wrap(ctx, op, err)
 		}
-		if found && (res.Claimed || !claimable(&res.Record, res.Now, &req)) {
+		if found && (res.Claimed || !claimrule.Claimable(&res.Record, res.Now, &req)) {
 			return res, nil
 		}
 		if race >= raceRetries {
@@ -313,16 +314,6 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			return core.ClaimResult{}, fmt.Errorf("mysqlstore: claim: the record kept vanishing between read and write (%d attempts)", race+1)
 		}
 	}
-}
-
-// claimable mirrors the procedure's test (migration 0006).
-func claimable(r *core.Record, now time.Time, req *core.ClaimRequest) bool {
-	live := r.Status == core.StatusProcessing && r.LockedUntil.After(now)
-	if !r.ExpiresAt.After(now) && !live {
-		return true
-	}
-	return r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
-		(r.Status == core.StatusFailed || (r.Status == core.StatusProcessing && !r.LockedUntil.After(now)))
 }
 
 func (s *Store) claimOnce(ctx context.Context, req *core.ClaimRequest) (core.ClaimResult, bool, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/claimrule"
 )
 
 // Store is a core.Store backed by PostgreSQL. It is safe for concurrent use
@@ -178,7 +179,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		// the record alone: tokens never go backwards. The record is then
 		// claimable, and answering it unclaimed would turn away (409) a
 		// retry that should run: claim again, with a new token.
-		if cr.claimed || race >= claimRaces || !claimable(&cr.rec, cr.now, &req) {
+		if cr.claimed || race >= claimRaces || !claimrule.Claimable(&cr.rec, cr.now, &req) {
 			break
 		}
 	}
@@ -207,17 +208,6 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 // claimRaces bounds how often Claim runs the claim statement again when
 // it answered a record it could have claimed (see Claim).
 const claimRaces = 4
-
-// claimable reports whether a claim of req at now may create or take over
-// r: the claim statement's conditions (sql.go condClaim), in Go.
-func claimable(r *core.Record, now time.Time, req *core.ClaimRequest) bool {
-	live := r.Status == core.StatusProcessing && r.LockedUntil.After(now)
-	if !r.ExpiresAt.After(now) && !live {
-		return true
-	}
-	return r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
-		(r.Status == core.StatusFailed || (r.Status == core.StatusProcessing && !live))
-}
 
 // claimRow runs the claim statement: one composite value, in binary, or
 // on a pool whose QueryExecMode cannot ask for binary results, its columns
