@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
+	"github.com/idemkit/idem/internal/testkit/assert"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"

@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"

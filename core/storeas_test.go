@@ -3,8 +3,8 @@ package core_test
 import (
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/idemkit/idem/internal/testkit/assert"
+	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"

@@ -3,9 +3,9 @@ package nethttpidem_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/idemkit/idem/internal/testkit/leak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leak.VerifyTestMain(m)
 }
