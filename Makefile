@@ -13,15 +13,15 @@ test: services pgbouncer
 	$(GO) vet $(PKGS)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
-## model: internal/model at length: many more randomized concurrent histories per store (memstore,
+## model: tests/model at length: many more randomized concurrent histories per store (memstore,
 ## pgstore plain and transactional, mysqlstore, with connection kills) checked for linearizability
 ## against the protocol's reference model. `make test` runs a bounded number (IDEM_MODEL_ITER
 ## sets it; IDEM_MODEL_SEED replays a seed's choices).
 MODEL_ITER ?= 400
 model: services
-	IDEM_MODEL_ITER=$(MODEL_ITER) $(GO) test -race -count=1 -timeout 60m -v -run . ./internal/model
+	IDEM_MODEL_ITER=$(MODEL_ITER) $(GO) test -race -count=1 -timeout 60m -v -run . ./tests/model
 
-## pgbouncer: Debian's pgbouncer, for internal/topology (installed if absent)
+## pgbouncer: Debian's pgbouncer, for tests/topology (installed if absent)
 pgbouncer:
 	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || (apt-get update && apt-get install -y pgbouncer)
 
@@ -29,11 +29,11 @@ pgbouncer:
 services:
 	@./scripts/services.sh
 
-## test-galera: the Galera tests (internal/galera) on a throw-away three-node MariaDB Galera cluster
+## test-galera: the Galera tests (tests/galera) on a throw-away three-node MariaDB Galera cluster
 ## on loopback (scripts/galera.sh starts it, runs them, removes it). `make test` runs them too:
 ## there TestMain starts the same cluster itself.
 test-galera:
-	./scripts/galera.sh run $(GO) test -race -count=1 -timeout 10m -v ./internal/galera
+	./scripts/galera.sh run $(GO) test -race -count=1 -timeout 10m -v ./tests/galera
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -85,9 +85,9 @@ fuzz:
 ## chaos: full-size chaos tests (10k requests; two payments instances on one PostgreSQL schema,
 ## then on one MariaDB database, one waiting for in-flight duplicates (-wait 1s), SIGKILLs,
 ## pg_terminate_backend / KILL CONNECTION, 30% duplicates). `make test` runs 3000-request versions
-## (and the Galera one, internal/galera).
+## (and the Galera one, tests/galera).
 chaos:
-	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 30m -run '^TestChaos(MySQL)?$$' -v ./internal/chaos
+	IDEM_CHAOS_REQUESTS=10000 $(GO) test -count=1 -timeout 30m -run '^TestChaos(MySQL)?$$' -v ./tests/chaos
 
 ## crash: TestCrashPostgres with 15 rounds (PostgreSQL crashed with pg_ctl -m immediate under the
 ## payments flow, on a throwaway cluster on port 15702). `make test` runs 3 rounds.
@@ -105,10 +105,10 @@ race-demo:
 ## test-pgbouncer: examples/payments through PgBouncer in transaction pooling (installs
 ## Debian's pgbouncer if absent; runs it as the postgres user on 127.0.0.1:15901)
 test-pgbouncer: pgbouncer
-	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 5m -run '^TestPgBouncer$$' -v ./internal/topology
+	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 5m -run '^TestPgBouncer$$' -v ./tests/topology
 
 ## test-failover: a private primary + streaming standby (ports 15910-15913, as the postgres
 ## user, temp dirs), two payments instances on a multi-host DSN, the primary crashed and the
 ## standby promoted mid-run; synchronous then asynchronous replication
 test-failover:
-	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 10m -run '^TestFailover$$' -v ./internal/topology
+	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 10m -run '^TestFailover$$' -v ./tests/topology

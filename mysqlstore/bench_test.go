@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 var benchRun atomic.Int64
@@ -34,7 +34,7 @@ var benchRun atomic.Int64
 // are bounded by log flush latency at low concurrency.
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, workers := range []int{1, 16} {
-		db := mytest.NewDB(b, "")
+		db := mysqlstoretest.NewDB(b, "")
 		db.SetMaxOpenConns(workers)
 		db.SetMaxIdleConns(workers)
 		s := openStore(b, db)
@@ -214,8 +214,8 @@ func runAlternating(b *testing.B, workers int, names []string, variants ...func(
 // (claim+complete and replay, serial and parallel).
 func BenchmarkConformance(b *testing.B) {
 	storetest.Benchmark(b, func(tb testing.TB) core.Store {
-		db := mytest.NewDB(tb, "")
-		db.SetMaxIdleConns(mytest.DefaultMaxConns)
+		db := mysqlstoretest.NewDB(tb, "")
+		db.SetMaxIdleConns(mysqlstoretest.DefaultMaxConns)
 		return openStore(tb, db)
 	})
 }
@@ -226,8 +226,8 @@ func BenchmarkConformance(b *testing.B) {
 // at 5ms; see storetest.BenchmarkWaitWake for what is measured and
 // reported. Run with a fixed count, e.g. -benchtime 50x.
 func BenchmarkWaitWake(b *testing.B) {
-	db := mytest.NewDB(b, "")
-	db.SetMaxIdleConns(mytest.DefaultMaxConns)
+	db := mysqlstoretest.NewDB(b, "")
+	db.SetMaxIdleConns(mysqlstoretest.DefaultMaxConns)
 	s := openStore(b, db)
 	b.Run("poll-20ms", func(b *testing.B) { storetest.BenchmarkWaitWake(b, s, false) })
 	b.Run("poll-5ms", func(b *testing.B) {
@@ -240,7 +240,7 @@ func BenchmarkWaitWake(b *testing.B) {
 // two stores alternating on one table, at 1 and 8 workers.
 func BenchmarkReplay(b *testing.B) {
 	for _, workers := range []int{1, 8} {
-		db := mytest.NewDB(b, "")
+		db := mysqlstoretest.NewDB(b, "")
 		db.SetMaxOpenConns(workers)
 		db.SetMaxIdleConns(workers)
 		call, first := openStore(b, db), openStore(b, db, WithReadFirst())
@@ -276,7 +276,7 @@ func BenchmarkReplay(b *testing.B) {
 // workers. The ratio tx/plain is what the lease transaction costs.
 func BenchmarkTxClaimComplete(b *testing.B) {
 	for _, workers := range []int{1, 16} {
-		db := mytest.NewDB(b, "")
+		db := mysqlstoretest.NewDB(b, "")
 		db.SetMaxOpenConns(workers)
 		db.SetMaxIdleConns(workers)
 		s := openStore(b, db)

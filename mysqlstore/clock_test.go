@@ -4,19 +4,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestClockIsUTC: whatever the session's time zone, the store's instants
 // are UTC from the server's clock (UTC_TIMESTAMP(6)), not local wall time
 // read as UTC (which would be 9 hours off here).
 func TestClockIsUTC(t *testing.T) {
-	cfg := mytest.Database(t, "")
+	cfg := mysqlstoretest.Database(t, "")
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+09:00'"
-	db := mytest.Open(t, cfg)
+	db := mysqlstoretest.Open(t, cfg)
 	s := openStore(t, db)
 	var tz string
 	if err := db.QueryRow("SELECT @@session.time_zone").Scan(&tz); err != nil || tz != "+09:00" {
@@ -41,7 +41,7 @@ func TestClockIsUTC(t *testing.T) {
 // TestClockOffsetSweep: a store whose clock runs 2h ahead (tests only)
 // sweeps what a normal store wrote with 1h retention.
 func TestClockOffsetSweep(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ahead := openStore(t, db, withClockOffset(2*time.Hour), WithRetentionMargin(time.Minute))
 	if _, err := s.Claim(t.Context(), claimReq("k", time.Minute)); err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestConformance runs storetest on one database per variant:
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 		{"causal", func(*testing.T) string { return "" }, true, nil},
 		{"read_first", func(*testing.T) string { return "" }, true, []Option{WithReadFirst()}},
 		{"tz+09", func(t *testing.T) string {
-			cfg := mytest.Config(t, "")
+			cfg := mysqlstoretest.Config(t, "")
 			if cfg.Params == nil {
 				cfg.Params = map[string]string{}
 			}
@@ -49,7 +49,7 @@ func TestConformance(t *testing.T) {
 			t.Parallel()
 			dsn := v.dsn(t)
 			storetest.Run(t, func(tb testing.TB) core.Store {
-				s := openStore(tb, mytest.NewDB(tb, dsn), v.opts...)
+				s := openStore(tb, mysqlstoretest.NewDB(tb, dsn), v.opts...)
 				s.forceCausal = v.causal
 				return s
 			})

@@ -14,8 +14,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
 	"github.com/idemkit/idem/mysqlstore"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // Example wires mysqlstore into an engine in transactional mode: the
@@ -25,7 +25,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	// A database of its own, dropped at the end.
-	cfg, err := mysql.ParseDSN(mytest.DSN())
+	cfg, err := mysql.ParseDSN(mysqlstoretest.DSN())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestTxInterleavings throws many concurrent executions in transactional
@@ -24,7 +24,7 @@ import (
 // interleaving, every key ends completed with exactly one ledger row,
 // written by the token that completed it.
 func TestTxInterleavings(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	db.SetMaxOpenConns(16)
 	s := openStore(t, db)
 	if _, err := db.Exec("CREATE TABLE ledger (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARBINARY(255) NOT NULL, owner BIGINT NOT NULL, KEY (k))"); err != nil {
@@ -152,8 +152,8 @@ func TestProcessesOneWinner(t *testing.T) {
 		childClaims(t, dsn)
 		return
 	}
-	cfg := mytest.Database(t, "")
-	s := openStore(t, mytest.Open(t, cfg)) // migrated once, before the children start
+	cfg := mysqlstoretest.Database(t, "")
+	s := openStore(t, mysqlstoretest.Open(t, cfg)) // migrated once, before the children start
 	const procs = 3
 	outs := make([][]byte, procs)
 	var wg sync.WaitGroup

@@ -9,19 +9,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 func TestMain(m *testing.M) {
 	// The driver's connection watcher goroutines end when the pools close
-	// (mytest registers Close in Cleanup); nothing else may be left behind.
+	// (mysqlstoretest registers Close in Cleanup); nothing else may be left behind.
 	goleak.VerifyTestMain(m)
 }
 
 // newStore migrates a fresh database and returns a store on it.
 func newStore(tb testing.TB, opts ...Option) *Store {
 	tb.Helper()
-	return openStore(tb, mytest.NewDB(tb, ""), opts...)
+	return openStore(tb, mysqlstoretest.NewDB(tb, ""), opts...)
 }
 
 // openStore migrates (idempotently) and opens a store on db with opts.

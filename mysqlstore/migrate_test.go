@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestMigrateConcurrent: several instances migrating one fresh database at
 // once all succeed, and the schema is there once.
 func TestMigrateConcurrent(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	var wg sync.WaitGroup
 	for range 6 {
 		wg.Add(1)
@@ -47,7 +47,7 @@ func TestMigrateConcurrent(t *testing.T) {
 
 // TestNotMigrated: a store on a database without its schema says what to do.
 func TestNotMigrated(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s, err := New(db)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestNotMigrated(t *testing.T) {
 }
 
 func TestOptionsInvalid(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	for _, opts := range [][]Option{
 		{WithTable("")},
 		{WithTable("bad-name")},

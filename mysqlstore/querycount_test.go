@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // MySQL client protocol command bytes (the first payload byte of a packet
@@ -94,9 +94,9 @@ func (cc *countingConn) Write(p []byte) (int, error) {
 // at commit the fenced UPDATE plus COMMIT on the business transaction.
 func TestQueryCounts(t *testing.T) {
 	tr := &commandCounter{}
-	cfg := mytest.Database(t, "")
+	cfg := mysqlstoretest.Database(t, "")
 	cfg.DialFunc = tr.dial
-	db := mytest.Open(t, cfg)
+	db := mysqlstoretest.Open(t, cfg)
 	db.SetMaxOpenConns(1) // one connection: each statement prepared once
 	s := openStore(t, db)
 	if _, err := db.Exec("CREATE TABLE ledger (k VARBINARY(255) PRIMARY KEY)"); err != nil {
@@ -204,9 +204,9 @@ func TestQueryCounts(t *testing.T) {
 // that finds nothing, then the CALL).
 func TestQueryCountsReadFirst(t *testing.T) {
 	tr := &commandCounter{}
-	cfg := mytest.Database(t, "")
+	cfg := mysqlstoretest.Database(t, "")
 	cfg.DialFunc = tr.dial
-	db := mytest.Open(t, cfg)
+	db := mysqlstoretest.Open(t, cfg)
 	db.SetMaxOpenConns(1)
 	s := openStore(t, db, WithReadFirst())
 	ctx := t.Context()

@@ -5,13 +5,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestSweep: expired records past the margin go, in batches; live ones,
 // and expired ones held by a live lease, stay; old token draws go too.
 func TestSweep(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db, WithRetentionMargin(0))
 	ctx := t.Context()
 	short := func(key string, lease time.Duration) core.ClaimResult {

@@ -11,7 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestWithRetry: 1213 (deadlock, Galera certification conflict) and 1205
@@ -54,12 +54,12 @@ func TestWithRetry(t *testing.T) {
 // and is retried by the store until the lock goes: the caller sees a
 // successful takeover, not an error.
 func TestClaimRetriesLockWait(t *testing.T) {
-	cfg := mytest.Database(t, "")
+	cfg := mysqlstoretest.Database(t, "")
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["innodb_lock_wait_timeout"] = "1"
-	db := mytest.Open(t, cfg)
+	db := mysqlstoretest.Open(t, cfg)
 	s := openStore(t, db)
 	ctx := t.Context()
 	req := claimReq("locked", time.Minute)
@@ -98,11 +98,11 @@ func TestClaimRetriesLockWait(t *testing.T) {
 // pool (KILL CONNECTION, as a failover or an operator would); the next
 // statements reconnect and succeed.
 func TestKilledConnections(t *testing.T) {
-	cfg := mytest.Database(t, "")
-	db := mytest.Open(t, cfg)
-	db.SetMaxIdleConns(mytest.DefaultMaxConns)
+	cfg := mysqlstoretest.Database(t, "")
+	db := mysqlstoretest.Open(t, cfg)
+	db.SetMaxIdleConns(mysqlstoretest.DefaultMaxConns)
 	s := openStore(t, db)
-	admin := mytest.Open(t, mytest.Config(t, ""))
+	admin := mysqlstoretest.Open(t, mysqlstoretest.Config(t, ""))
 	ctx := t.Context()
 	for i := range 3 {
 		key := "k" + string(rune('a'+i))

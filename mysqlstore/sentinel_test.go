@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestSentinelRealErrors drives the sentinel keys (1 to 255 bytes, quotes,
@@ -33,9 +33,9 @@ func TestSentinelRealErrors(t *testing.T) {
 }
 
 func sentinelRealError(t *testing.T, key, failure string) {
-	cfg := mytest.Database(t, "")
-	locker := mytest.Open(t, cfg.Clone())
-	admin := mytest.Open(t, mytest.Config(t, ""))
+	cfg := mysqlstoretest.Database(t, "")
+	locker := mysqlstoretest.Open(t, cfg.Clone())
+	admin := mysqlstoretest.Open(t, mysqlstoretest.Config(t, ""))
 	if failure == "lock_wait_timeout" {
 		if cfg.Params == nil {
 			cfg.Params = map[string]string{}
@@ -47,7 +47,7 @@ func sentinelRealError(t *testing.T, key, failure string) {
 	// log line too.
 	cfg.Logger = log.New(c.Writer(), "[mysql] ", 0)
 	// No retries: the first 1205 is the error (retries would only repeat it).
-	s := openStore(t, mytest.Open(t, cfg), WithDeadlockRetries(0))
+	s := openStore(t, mysqlstoretest.Open(t, cfg), WithDeadlockRetries(0))
 
 	eng, err := core.New(s, append(c.JSONOptions(), core.WithLease(time.Minute), // slog's JSON handler: its own escaping
 		core.WithScope(func(context.Context, *core.Request) (string, error) { return "tenant", nil }))...)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestFreshAndSteps: Fresh is set for a created record (new key, new again)
@@ -14,7 +14,7 @@ import (
 func TestFreshAndSteps(t *testing.T) {
 	// Stores whose clocks run ahead stand in for waiting (no sleeps: a
 	// loaded machine cannot push the takeover past retention).
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	later := openStore(t, db, withClockOffset(2*time.Minute)) // lease lapsed, retention not
 	muchLater := openStore(t, db, withClockOffset(3*time.Hour))

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestTakeoverAfterHandlerCommitted: a handler commits the lease
@@ -16,7 +16,7 @@ import (
 // as not retained (retries answer 409 not-retained). A crash whose writes
 // rolled back (no mark) is taken over as usual.
 func TestTakeoverAfterHandlerCommitted(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
 	lapse := func(key string) {

@@ -124,7 +124,7 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 			// Complete would not see it and refuse the owner as a stale
 			// one. The wait runs before BEGIN, on the same pool: as a
 			// prefix of the first statement inside the transaction it
-			// did not help (internal/galera TestTxHandlerEnds, under load).
+			// did not help (tests/galera TestTxHandlerEnds, under load).
 			// One round trip more, on Galera with WithTxDB only.
 			if _, err := s.txDB.ExecContext(ctx, "SET STATEMENT wsrep_sync_wait = 1 FOR SELECT 1"); err != nil {
 				return nil, wrap(ctx, "tx: causal wait", err)

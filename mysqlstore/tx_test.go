@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 func ledgerTable(t *testing.T, db *sql.DB) {
@@ -49,7 +49,7 @@ func book(ctx context.Context, key string, owner int64) error {
 }
 
 func TestTxCommitsWithComplete(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
 	hctx, f := handlerCtx(t, s, claimReq("a", time.Minute))
@@ -76,7 +76,7 @@ func TestTxCommitsWithComplete(t *testing.T) {
 // TestTxStaleOwnerRollsBack: an owner whose lease lapsed and was taken over
 // loses its writes with its Complete; the new owner's commit.
 func TestTxStaleOwnerRollsBack(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
 	req := claimReq("stale", 50*time.Millisecond)
@@ -108,7 +108,7 @@ func TestTxStaleOwnerRollsBack(t *testing.T) {
 }
 
 func TestTxFailRollsBack(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
 	hctx, f := handlerCtx(t, s, claimReq("f", time.Minute))
@@ -129,7 +129,7 @@ func TestTxFailRollsBack(t *testing.T) {
 // TestTxOutlivesRequestContext: the request's context ends (client gone)
 // before the engine commits; the transaction must still be there.
 func TestTxOutlivesRequestContext(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
 	res, err := s.Claim(t.Context(), claimReq("c", time.Minute))
@@ -163,9 +163,9 @@ func TestTxNoLease(t *testing.T) {
 // TestTwoPoolsOneClaim: two pools (as two processes would have) race 32
 // goroutines each for one key: exactly one claim, everyone else sees it.
 func TestTwoPoolsOneClaim(t *testing.T) {
-	cfg := mytest.Database(t, "")
-	a := openStore(t, mytest.Open(t, cfg))
-	b := openStore(t, mytest.Open(t, cfg), WithReadFirst()) // a rollout of the option: both paths race
+	cfg := mysqlstoretest.Database(t, "")
+	a := openStore(t, mysqlstoretest.Open(t, cfg))
+	b := openStore(t, mysqlstoretest.Open(t, cfg), WithReadFirst()) // a rollout of the option: both paths race
 	for round := range 20 {
 		req := claimReq("race-"+string(rune('a'+round)), time.Minute)
 		var (
@@ -217,7 +217,7 @@ func markRows(t *testing.T, db *sql.DB) int {
 // after the handler's own commit is deleted by Sweep after markTTL, not
 // before.
 func TestTxMarks(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
 
@@ -281,7 +281,7 @@ func TestTxMarks(t *testing.T) {
 // mark (it could not), and a handler ending it still gets its response
 // recorded: it wrote nothing to lose.
 func TestTxReadOnlyUnmarked(t *testing.T) {
-	db := mytest.NewDB(t, "")
+	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db, WithTxOptions(&sql.TxOptions{ReadOnly: true}))
 	hctx, f := handlerCtx(t, s, claimReq("ro", time.Minute))
 	tx, err := Tx(hctx)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 var benchRun atomic.Int64
@@ -32,10 +32,10 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			for _, workers := range []int{1, 16, 64} {
-				cfg := pgtest.Config(b)
+				cfg := pgstoretest.Config(b)
 				cfg.MaxConns = int32(workers)
 				cfg.MinConns = int32(workers)
-				pool := pgtest.NewPool(b, cfg)
+				pool := pgstoretest.NewPool(b, cfg)
 				s := newStore(b, pool, m.opts...)
 				simpleTable := createSimpleTable(b, s)
 				resp := core.StoredResponse{
@@ -169,16 +169,16 @@ func runPairs(b *testing.B, workers int, pair func(ctx context.Context, key stri
 func BenchmarkConformance(b *testing.B) {
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			cfg := pgtest.Config(b)
+			cfg := pgstoretest.Config(b)
 			cfg.MaxConns = 16
-			pool := pgtest.NewPool(b, cfg)
+			pool := pgstoretest.NewPool(b, cfg)
 			storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, m.opts...) })
 		})
 	}
 	b.Run("plain-optimistic", func(b *testing.B) {
-		cfg := pgtest.Config(b)
+		cfg := pgstoretest.Config(b)
 		cfg.MaxConns = 16
-		pool := pgtest.NewPool(b, cfg)
+		pool := pgstoretest.NewPool(b, cfg)
 		storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, WithOptimisticClaim()) })
 	})
 }

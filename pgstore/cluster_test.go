@@ -10,20 +10,20 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // twoStores returns two stores on two separate pools (two "instances")
 // sharing one schema.
 func twoStores(t *testing.T, opts ...Option) (*Store, *Store) {
 	t.Helper()
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 5
-	p1 := pgtest.NewPool(t, cfg)
-	cfg2 := pgtest.Config(t)
+	p1 := pgstoretest.NewPool(t, cfg)
+	cfg2 := pgstoretest.Config(t)
 	cfg2.MaxConns = 5
-	p2 := pgtest.NewPool(t, cfg2)
-	schema := pgtest.Schema(t, p1)
+	p2 := pgstoretest.NewPool(t, cfg2)
+	schema := pgstoretest.Schema(t, p1)
 	opts = append([]Option{WithSchema(schema)}, opts...)
 	return openStore(t, p1, opts...), openStore(t, p2, opts...)
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestConformance runs storetest on each mode, as configured by default and
@@ -43,12 +43,12 @@ func TestConformance(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := pgtest.Config(t)
+			cfg := pgstoretest.Config(t)
 			cfg.MaxConns = 4
 			if v.execMode != 0 {
 				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
 			}
-			pool := pgtest.NewPool(t, cfg)
+			pool := pgstoretest.NewPool(t, cfg)
 			storetest.Run(t, func(tb testing.TB) core.Store {
 				return newStore(tb, pool, v.opts...)
 			})

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 const (
@@ -42,7 +42,7 @@ func TestCrashChild(t *testing.T) {
 	if schema == "" {
 		return // not the child
 	}
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s, err := New(pool, WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func pgTable(schema, table string) string {
 // and the stored response is the survivor's.
 func TestCrashedOwner(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool)
 	table := ledger(t, s)
 

@@ -71,7 +71,6 @@
 // core.ErrLeaseLost, core.ErrNotFound); nothing panics on connection loss,
 // serialization failures or a full pool.
 //
-// Test helpers (a pool on the test database, a fresh schema per test, a
-// migrated store) live in the module's internal/pgtest and
-// internal/pgstoretest: test support for this module, not API.
+// Package pgstoretest is test support: a pool on the test database and a
+// fresh schema per test, for idem's tests and for your handlers' tests.
 package pgstore

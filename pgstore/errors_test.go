@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 func requirePrefixed(t *testing.T, err error, op string) {
@@ -28,9 +28,9 @@ func requirePrefixed(t *testing.T, err error, op string) {
 // error wrapping the context's deadline instead of hanging or panicking.
 func TestPoolExhausted(t *testing.T) {
 	t.Parallel()
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 1
-	pool := pgtest.NewPool(t, cfg)
+	pool := pgstoretest.NewPool(t, cfg)
 	s := newStore(t, pool)
 	res, err := s.Claim(t.Context(), claimReq("k", time.Minute))
 	if err != nil {
@@ -78,9 +78,9 @@ func TestPoolExhausted(t *testing.T) {
 // TestClosedPool: a closed pool is an error, not a panic.
 func TestClosedPool(t *testing.T) {
 	t.Parallel()
-	admin := pgtest.Pool(t)
+	admin := pgstoretest.Pool(t)
 	schema := newStore(t, admin).cfg.schema
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s, err := New(pool, WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
@@ -97,10 +97,10 @@ func TestClosedPool(t *testing.T) {
 // wrapped error or succeeds on a fresh connection; then the store recovers.
 func TestConnectionKilled(t *testing.T) {
 	t.Parallel()
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 1
-	pool := pgtest.NewPool(t, cfg)
-	admin := pgtest.Pool(t)
+	pool := pgstoretest.NewPool(t, cfg)
+	admin := pgstoretest.Pool(t)
 	s := newStore(t, pool)
 	var pid uint32
 	if err := pool.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
@@ -133,10 +133,10 @@ func TestConnectionKilled(t *testing.T) {
 // the SQLSTATE reachable through errors.As, and exactly one claim wins.
 func TestSerializationFailure(t *testing.T) {
 	t.Parallel()
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 8
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
-	pool := pgtest.NewPool(t, cfg)
+	pool := pgstoretest.NewPool(t, cfg)
 	s := newStore(t, pool)
 	warmPool(t, pool, 8)
 	var (
@@ -179,7 +179,7 @@ func TestSerializationFailure(t *testing.T) {
 // transactions Tx begins, in the same round trip as BEGIN.
 func TestTxIdleTimeout(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool, WithTxIdleTimeout(1500*time.Millisecond))
 	ctx, _ := mustClaim(t, s, claimReq("k", time.Minute))
 	tx, err := Tx(ctx)
@@ -221,8 +221,8 @@ func warmPool(t *testing.T, pool interface {
 // with an error that says what to do, wrapped with the operation.
 func TestNotMigrated(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool) // exists, but holds no idem objects
+	pool := pgstoretest.Pool(t)
+	schema := pgstoretest.Schema(t, pool) // exists, but holds no idem objects
 	s, err := New(pool, WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestNotMigrated(t *testing.T) {
 // Migrate the same Store claims.
 func TestSchemaBehindBinary(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool)
 	if _, err := pool.Exec(t.Context(), `DELETE FROM `+s.names.migrations+` WHERE table_name = $1 AND version = $2`, s.cfg.table, s.schemaVersion); err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestSchemaBehindBinary(t *testing.T) {
 // scopes must never become one.
 func TestUnstorableScope(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, pgtest.Pool(t))
+	s := newStore(t, pgstoretest.Pool(t))
 	for _, scope := range []string{"user-\xff", "user-\x00"} {
 		req := claimReq("k", time.Minute)
 		req.Scope = scope

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // Example wires pgstore into an engine in transactional mode: the handler
@@ -20,7 +20,7 @@ import (
 // response in the same transaction. A retry with the same key replays.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.DSN())
+	pool, err := pgxpool.New(ctx, pgstoretest.DSN())
 	if err != nil {
 		log.Fatal(err)
 	}

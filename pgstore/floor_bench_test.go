@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // BenchmarkFloor measures the store's claim+complete (a first execution:
@@ -260,10 +260,10 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 }
 
 func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
-	cfg := pgtest.Config(b)
+	cfg := pgstoretest.Config(b)
 	cfg.MaxConns = int32(workers)
 	cfg.MinConns = int32(workers)
-	pool := pgtest.NewPool(b, cfg)
+	pool := pgstoretest.NewPool(b, cfg)
 	s := newStore(b, pool, opts...)
 	variants := floorVariants(b, pool, s, opts)
 
@@ -388,9 +388,9 @@ func BenchmarkFloorCPU(b *testing.B) {
 }
 
 func benchFloorCPU(b *testing.B, workers int, opts []Option) {
-	cfg := pgtest.Config(b)
+	cfg := pgstoretest.Config(b)
 	cfg.MaxConns, cfg.MinConns = int32(workers), int32(workers)
-	pool := pgtest.NewPool(b, cfg)
+	pool := pgstoretest.NewPool(b, cfg)
 	s := newStore(b, pool, opts...)
 	variants := floorVariants(b, pool, s, opts)
 	if _, err := serverCPU(); err != nil {

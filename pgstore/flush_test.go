@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // flushTestPort is this test's throwaway cluster (perf's range, 157xx).
@@ -34,7 +34,7 @@ func TestWALFlushes(t *testing.T) {
 	t.Parallel()
 	// The WAL writer flushes asynchronous commits every wal_writer_delay;
 	// slow it down so that what it does is noise next to n.
-	c := pgtest.NewCluster(t, flushTestPort, "wal_writer_delay=2s", "autovacuum=off")
+	c := pgstoretest.NewCluster(t, flushTestPort, "wal_writer_delay=2s", "autovacuum=off")
 	const n = 40
 
 	type run struct {

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 func TestListenOptions(t *testing.T) {
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	if _, err := pgstore.New(pool, pgstore.WithListenConnString("")); err == nil {
 		t.Error("an empty listen connection string was accepted")
 	}
@@ -22,7 +22,7 @@ func TestListenOptions(t *testing.T) {
 		strings.Contains(err.Error(), "secret") {
 		t.Errorf("a bad listen connection string: %v (must fail without quoting it)", err)
 	}
-	schema := pgtest.Schema(t, pool)
+	schema := pgstoretest.Schema(t, pool)
 	ctx := context.Background()
 	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestListenOptions(t *testing.T) {
 
 	// With a direct connection for LISTEN: woken as usual.
 	st2, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithTransactionPooler(),
-		pgstore.WithListenConnString(pgtest.DSN()))
+		pgstore.WithListenConnString(pgstoretest.DSN()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 func TestMain(m *testing.M) {
-	// No ignores: every test closes its pools (pgtest registers Close in
+	// No ignores: every test closes its pools (pgstoretest registers Close in
 	// Cleanup), and a closed pgxpool leaves no goroutine behind.
 	goleak.VerifyTestMain(m)
 }
@@ -29,7 +29,7 @@ var modes = []struct {
 // newStore migrates a fresh schema on pool and returns a store on it.
 func newStore(tb testing.TB, pool *pgxpool.Pool, opts ...Option) *Store {
 	tb.Helper()
-	schema := pgtest.Schema(tb, pool)
+	schema := pgstoretest.Schema(tb, pool)
 	opts = append([]Option{WithSchema(schema)}, opts...)
 	return openStore(tb, pool, opts...)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestMigrateConcurrent: several instances start at once and all migrate
@@ -20,9 +20,9 @@ import (
 // step applied once, and the store works.
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 8
-	pool := pgtest.NewPool(t, cfg)
+	pool := pgstoretest.NewPool(t, cfg)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "idemtest_mig_" + hex.EncodeToString(b[:])
@@ -88,13 +88,13 @@ func TestMigrateErrors(t *testing.T) {
 	if err := Migrate(t.Context(), nil); err == nil {
 		t.Error("Migrate(nil pool) succeeded")
 	}
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	if err := Migrate(t.Context(), pool, WithTable("bad name")); err == nil {
 		t.Error("Migrate with an invalid table succeeded")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := Migrate(ctx, pool, WithSchema(pgtest.Schema(t, pool))); err == nil || !strings.HasPrefix(err.Error(), "pgstore: migrate") {
+	if err := Migrate(ctx, pool, WithSchema(pgstoretest.Schema(t, pool))); err == nil || !strings.HasPrefix(err.Error(), "pgstore: migrate") {
 		t.Errorf("Migrate with a cancelled context: %v", err)
 	}
 }
@@ -108,7 +108,7 @@ func TestPreviousReleaseClaimDuringRollingDeploy(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			pool := pgtest.Pool(t)
+			pool := pgstoretest.Pool(t)
 			s := newStore(t, pool, m.opts...)
 			ctx := t.Context()
 			previous := `SELECT o_claimed, o_token, o_status FROM ` + s.names.claimFn + `($1, $2, 'POST', '/v1/payments', 'f00d', 60000000, 3600000000, now())`

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // BenchmarkNotifyCost measures what a pg_notify in the completing
@@ -22,10 +22,10 @@ import (
 func BenchmarkNotifyCost(b *testing.B) {
 	for _, workers := range []int{1, 16} {
 		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) {
-			cfg := pgtest.Config(b)
+			cfg := pgstoretest.Config(b)
 			cfg.MaxConns = int32(workers)
 			cfg.MinConns = int32(workers)
-			pool := pgtest.NewPool(b, cfg)
+			pool := pgstoretest.NewPool(b, cfg)
 			s := newStore(b, pool)
 			ctx := context.Background()
 			table := s.names.schema + `."notify_floor"`

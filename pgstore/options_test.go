@@ -7,14 +7,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 func TestNewValidation(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("New(nil) succeeded")
 	}
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	bad := map[string][]Option{
 		"empty schema":       {WithSchema("")},
 		"quote in schema":    {WithSchema(`a"b`)},

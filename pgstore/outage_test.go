@@ -37,9 +37,9 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/nethttpidem"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // outageProxy forwards TCP connections to PostgreSQL until cut.
@@ -186,10 +186,10 @@ func outageRandom(t *testing.T) string {
 
 func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outageEnv {
 	t.Helper()
-	acfg := pgtest.Config(t)
+	acfg := pgstoretest.Config(t)
 	acfg.MaxConns = 2 // direct: setup, terminations and checks only
-	admin := pgtest.NewPool(t, acfg)
-	schema := pgtest.Schema(t, admin)
+	admin := pgstoretest.NewPool(t, acfg)
+	schema := pgstoretest.Schema(t, admin)
 	env := &outageEnv{
 		t: t, admin: admin, schema: schema, app: "idem_outage_" + outageRandom(t),
 		logs:    &idemtest.LogBuffer{},
@@ -208,7 +208,7 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 		t.Fatal(err)
 	}
 
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	env.proxy = newOutageProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	cfg.ConnConfig.Host = "127.0.0.1"
 	cfg.ConnConfig.Port = env.proxy.port()
@@ -217,7 +217,7 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 	cfg.ConnConfig.RuntimeParams["application_name"] = env.app
 	cfg.MaxConns = 4
 	cfg.HealthCheckPeriod = 200 * time.Millisecond
-	env.pool = pgtest.NewPool(t, cfg)
+	env.pool = pgstoretest.NewPool(t, cfg)
 
 	opts := []pgstore.Option{pgstore.WithSchema(schema)}
 	if err := pgstore.Migrate(ctx, env.pool, opts...); err != nil {

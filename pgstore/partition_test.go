@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // clockStore opens a store on schema whose database clock reads (roughly)
@@ -66,7 +66,7 @@ func requireReplay(t *testing.T, s *Store, req core.ClaimRequest, body string) {
 // explicitly for the two instants.
 func TestPartitionDayBoundary(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	base := newStore(t, pool, WithPartitioning(1))
 	schema := base.cfg.schema
 	boundary := utcDay(dbNow(t, pool)).AddDate(0, 0, 31)
@@ -104,7 +104,7 @@ func TestPartitionDayBoundary(t *testing.T) {
 // keeps a past partition still holding a long-retention payload.
 func TestMaintainDropsOnlyExpiredPartitions(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	opts := []Option{WithPartitioning(3), WithRetentionMargin(time.Hour)}
 	s := newStore(t, pool, opts...)
 	schema := s.cfg.schema
@@ -167,7 +167,7 @@ func TestMaintainDropsOnlyExpiredPartitions(t *testing.T) {
 // moves it into the day's partition, and it keeps replaying throughout.
 func TestPartitionDefaultCatchesMissingDay(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool, WithPartitioning(1))
 	schema := s.cfg.schema
 	future := utcDay(dbNow(t, pool)).AddDate(0, 0, 200).Add(6 * time.Hour)
@@ -195,7 +195,7 @@ func TestPartitionDefaultCatchesMissingDay(t *testing.T) {
 }
 
 func TestPartitionOnlyMethods(t *testing.T) {
-	s := newStore(t, pgtest.Pool(t))
+	s := newStore(t, pgstoretest.Pool(t))
 	if err := s.EnsurePartition(t.Context(), time.Now()); err == nil {
 		t.Error("EnsurePartition in plain mode succeeded")
 	}

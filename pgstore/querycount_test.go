@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // countingTracer counts the statements pgx sends (every Exec, Query,
@@ -84,10 +84,10 @@ func TestQueryCounts(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			tr := &countingTracer{}
-			cfg := pgtest.Config(t)
+			cfg := pgstoretest.Config(t)
 			cfg.MaxConns = 1 // one connection: prepared once, then cached
 			cfg.ConnConfig.Tracer = tr
-			pool := pgtest.NewPool(t, cfg)
+			pool := pgstoretest.NewPool(t, cfg)
 			s := newStore(t, pool, m.opts...)
 			table := ledger(t, s)
 			ctx := t.Context()
@@ -200,10 +200,10 @@ func TestQueryCounts(t *testing.T) {
 // finds it, then the claim-or-read function).
 func TestQueryCountsOptimisticClaim(t *testing.T) {
 	tr := &countingTracer{}
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 1
 	cfg.ConnConfig.Tracer = tr
-	pool := pgtest.NewPool(t, cfg)
+	pool := pgstoretest.NewPool(t, cfg)
 	s := newStore(t, pool, WithOptimisticClaim())
 	ctx := t.Context()
 	if _, err := s.Claim(ctx, claimReq("warm", time.Minute)); err != nil { // and the schema check

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestSweep: expired records go in bounded batches, oldest first; a record
@@ -16,7 +16,7 @@ func TestSweep(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
+			pool := pgstoretest.Pool(t)
 			opts := append([]Option{WithRetentionMargin(30 * time.Minute)}, m.opts...)
 			s := newStore(t, pool, opts...)
 			schema := s.cfg.schema
@@ -75,7 +75,7 @@ func TestSweep(t *testing.T) {
 
 func TestMaintainPlainSweepsEverything(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool, WithRetentionMargin(0))
 	past := clockStore(t, pool, s.cfg.schema, dbNow(t, pool).Add(-2*time.Hour), WithRetentionMargin(0))
 	const n = 2500 // more than one maintain batch

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // roundTrips counts round trips on the wire: on each connection, a write
@@ -77,10 +77,10 @@ func TestTxRoundTrips(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				rt := &roundTrips{}
-				cfg := pgtest.Config(t)
+				cfg := pgstoretest.Config(t)
 				cfg.MaxConns = 1
 				cfg.ConnConfig.DialFunc = rt.dial
-				pool := pgtest.NewPool(t, cfg)
+				pool := pgstoretest.NewPool(t, cfg)
 				s := newStore(t, pool, append([]Option{WithTransactional(), WithTxIdleTimeout(idle)}, m.opts...)...)
 				table := ledger(t, s)
 				ctx := t.Context()
@@ -189,11 +189,11 @@ func TestTxPipelinedCommitStaleOwner(t *testing.T) {
 		}{{"", 0}, {"/exec", pgx.QueryExecModeExec}, {"/simple_protocol", pgx.QueryExecModeSimpleProtocol}} {
 			t.Run(m.name+em.name, func(t *testing.T) {
 				t.Parallel()
-				cfg := pgtest.Config(t)
+				cfg := pgstoretest.Config(t)
 				if em.mode != 0 {
 					cfg.ConnConfig.DefaultQueryExecMode = em.mode
 				}
-				s := newStore(t, pgtest.NewPool(t, cfg), append([]Option{WithTransactional()}, m.opts...)...)
+				s := newStore(t, pgstoretest.NewPool(t, cfg), append([]Option{WithTransactional()}, m.opts...)...)
 				table := ledger(t, s)
 				req := claimReq("stale", 50*time.Millisecond)
 				ctx, f := mustClaim(t, s, req)
@@ -259,7 +259,7 @@ func TestTxPipelinedCommitStaleOwner(t *testing.T) {
 // statement failed, Complete rolls it back and the record is failed, so a
 // retry can run at once.
 func TestTxFirstStatementFails(t *testing.T) {
-	s := newStore(t, pgtest.Pool(t), WithTransactional())
+	s := newStore(t, pgstoretest.Pool(t), WithTransactional())
 	table := ledger(t, s)
 	req := claimReq("bad", time.Minute)
 	ctx, f := mustClaim(t, s, req)
@@ -293,7 +293,7 @@ func TestTxFirstStatementFails(t *testing.T) {
 // (CopyFrom, Begin, LargeObjects, Conn) begin the transaction first when
 // they come first; their writes commit with the record, or vanish with it.
 func TestTxExplicitBegin(t *testing.T) {
-	s := newStore(t, pgtest.Pool(t), WithTransactional())
+	s := newStore(t, pgstoretest.Pool(t), WithTransactional())
 	table := ledger(t, s)
 	for _, c := range []struct {
 		name  string

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestSentinelRealErrors drives the sentinel keys (1 to 255 bytes, quotes,
@@ -44,17 +44,17 @@ func sentinelRealError(t *testing.T, key, failure string, opts []Option) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	app := "idem-sentinel-" + hex.EncodeToString(b[:])
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	if failure == "lock_timeout" {
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = "100ms"
 	}
 	// Migrated on the admin pool: the migration's advisory lock would hit
 	// the lock timeout when tests run in parallel.
-	admin := pgtest.Pool(t)
-	opts = append([]Option{WithSchema(pgtest.Schema(t, admin))}, opts...)
+	admin := pgstoretest.Pool(t)
+	opts = append([]Option{WithSchema(pgstoretest.Schema(t, admin))}, opts...)
 	openStore(t, admin, opts...)
-	s, err := New(pgtest.NewPool(t, cfg), opts...)
+	s, err := New(pgstoretest.NewPool(t, cfg), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

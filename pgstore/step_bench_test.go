@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // BenchmarkStep measures what a recovery point costs a first execution:
@@ -25,10 +25,10 @@ import (
 func BenchmarkStep(b *testing.B) {
 	for _, workers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			cfg := pgtest.Config(b)
+			cfg := pgstoretest.Config(b)
 			cfg.MaxConns = int32(workers)
 			cfg.MinConns = int32(workers)
-			pool := pgtest.NewPool(b, cfg)
+			pool := pgstoretest.NewPool(b, cfg)
 			s := newStore(b, pool)
 			eng, err := core.New(s, core.WithStepsRequired(true), core.WithSharedKeySpace())
 			if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // stepEngine is an engine on s for the step tests.
@@ -62,13 +62,13 @@ func TestStepQueryCounts(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			tr := &countingTracer{}
-			cfg := pgtest.Config(t)
+			cfg := pgstoretest.Config(t)
 			cfg.MaxConns = 2
 			cfg.ConnConfig.Tracer = tr
 			if v.execMode != 0 {
 				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
 			}
-			pool := pgtest.NewPool(t, cfg)
+			pool := pgstoretest.NewPool(t, cfg)
 			s := newStore(t, pool, v.opts...)
 			eng := stepEngine(t, s, core.WithLease(time.Minute))
 			runs := 0
@@ -131,7 +131,7 @@ func TestStepQueryCounts(t *testing.T) {
 // its own: when the handler's transaction rolls back (5xx, panic), the
 // business row vanishes but the step stays, and the retry resumes from it.
 func TestStepOutsideBusinessTx(t *testing.T) {
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool)
 	table := ledger(t, s)
 	eng := stepEngine(t, s)
@@ -171,7 +171,7 @@ func TestStepOutsideBusinessTx(t *testing.T) {
 // TestStepSweptWithRecord: the steps table holds nothing for a record once
 // Sweep removed it.
 func TestStepSweptWithRecord(t *testing.T) {
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	s := newStore(t, pool, WithRetentionMargin(0))
 	steps := func() int {
 		var n int
@@ -207,10 +207,10 @@ func TestStepSweptWithRecord(t *testing.T) {
 // (a store pool configured for speed) still stores steps, and leaves the
 // session's setting as it was.
 func TestStepOnAsyncSession(t *testing.T) {
-	cfg := pgtest.Config(t)
+	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 1
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	pool := pgtest.NewPool(t, cfg)
+	pool := pgstoretest.NewPool(t, cfg)
 	s := newStore(t, pool)
 	_, f := mustClaim(t, s, claimReq("k1", time.Minute))
 	if err := s.SaveStep(t.Context(), f, "charge", []byte("ch_1")); err != nil {

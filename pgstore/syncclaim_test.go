@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // SyncClaim is fenced like every write of an owner: a stale token (the
@@ -15,7 +15,7 @@ import (
 // no longer owns. TestWALFlushes shows that it flushes.
 func TestSyncClaimFenced(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			s := newStore(t, pool, append([]Option{WithTransactional()}, m.opts...)...)

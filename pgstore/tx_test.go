@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // ledger creates the business table the handler-equivalents write to.
@@ -81,7 +81,7 @@ func TestTxCommitIsAtomicWithRecord(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, pgtest.Pool(t), m.opts...)
+			s := newStore(t, pgstoretest.Pool(t), m.opts...)
 			table := ledger(t, s)
 			req := claimReq("k1", time.Minute)
 			ctx, f := mustClaim(t, s, req)
@@ -134,7 +134,7 @@ func TestTxFailRollsBack(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, pgtest.Pool(t), m.opts...)
+			s := newStore(t, pgstoretest.Pool(t), m.opts...)
 			table := ledger(t, s)
 			req := claimReq("k1", time.Minute)
 			ctx, f := mustClaim(t, s, req)
@@ -192,7 +192,7 @@ func (w wrappedStore) Unwrap() core.Store { return w.Store }
 // calls the inner store with the same context) commits the transaction.
 func TestTxThroughDecorator(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, pgtest.Pool(t))
+	s := newStore(t, pgstoretest.Pool(t))
 	table := ledger(t, s)
 	w := wrappedStore{s}
 	req := claimReq("k", time.Minute)
@@ -221,7 +221,7 @@ func TestTxStaleOwnerWritesVanish(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, pgtest.Pool(t), m.opts...)
+			s := newStore(t, pgstoretest.Pool(t), m.opts...)
 			table := ledger(t, s)
 			req := claimReq("k1", 200*time.Millisecond)
 
@@ -261,7 +261,7 @@ func TestTxStaleOwnerWritesVanish(t *testing.T) {
 // over yet, so it still owns the record and commits; the late claimer then
 // sees the completed record.
 func TestTxStaleOwnerCommitsBeforeTakeover(t *testing.T) {
-	s := newStore(t, pgtest.Pool(t))
+	s := newStore(t, pgstoretest.Pool(t))
 	table := ledger(t, s)
 	req := claimReq("k1", 100*time.Millisecond)
 	ctx, f := mustClaim(t, s, req)
@@ -289,9 +289,9 @@ func TestTxInterleavings(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := pgtest.Config(t)
+			cfg := pgstoretest.Config(t)
 			cfg.MaxConns = 12
-			pool := pgtest.NewPool(t, cfg)
+			pool := pgstoretest.NewPool(t, cfg)
 			s := newStore(t, pool, m.opts...)
 			table := ledger(t, s)
 			runInterleavings(t, s, table, 6, 8, 50*time.Millisecond)

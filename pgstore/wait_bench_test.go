@@ -6,7 +6,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // BenchmarkWaitWake measures how soon a waiting duplicate replays after the
@@ -15,9 +15,9 @@ import (
 // (skipped otherwise); see storetest.BenchmarkWaitWake for what is measured
 // and reported. Run with a fixed count, e.g. -benchtime 100x.
 func BenchmarkWaitWake(b *testing.B) {
-	cfg := pgtest.Config(b)
+	cfg := pgstoretest.Config(b)
 	cfg.MaxConns = 8
-	pool := pgtest.NewPool(b, cfg)
+	pool := pgstoretest.NewPool(b, cfg)
 	s := newStore(b, pool)
 	b.Run("poll-20ms", func(b *testing.B) { storetest.BenchmarkWaitWake(b, s, false) })
 	b.Run("poll-5ms", func(b *testing.B) {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // The waiter's engine polls so rarely (watchPoll, beyond its whole wait)
@@ -225,9 +225,9 @@ func TestWatchNotifiesOnlyWhenWaited(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := pgtest.Config(t)
+			cfg := pgstoretest.Config(t)
 			cfg.MaxConns = 4
-			pool := pgtest.NewPool(t, cfg)
+			pool := pgstoretest.NewPool(t, cfg)
 			s := newStore(t, pool, m.opts...)
 			conn, err := pgx.ConnectConfig(t.Context(), pool.Config().ConnConfig.Copy())
 			if err != nil {

@@ -90,15 +90,15 @@ fi
 say "MariaDB ok ($MY_HOST:$MY_PORT)"
 
 # --- Galera -------------------------------------------------------------------
-# internal/galera starts a throw-away three-node cluster (scripts/galera.sh)
+# tests/galera starts a throw-away three-node cluster (scripts/galera.sh)
 # unless IDEM_TEST_GALERA_DSNS names one: check its packages now, not minutes
 # into the run.
 if [ -z "${IDEM_TEST_GALERA_DSNS:-}" ]; then
 	[ -f "${IDEM_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}" ] ||
-		die "the Galera provider (for internal/galera) is not installed. Install it with: apt-get install -y galera-4 rsync"
+		die "the Galera provider (for tests/galera) is not installed. Install it with: apt-get install -y galera-4 rsync"
 	command -v rsync >/dev/null 2>&1 ||
-		die "rsync (Galera's state transfer, for internal/galera) is not installed. Install it with: apt-get install -y rsync"
+		die "rsync (Galera's state transfer, for tests/galera) is not installed. Install it with: apt-get install -y rsync"
 	command -v mariadb-install-db >/dev/null 2>&1 ||
-		die "mariadb-install-db (for internal/galera) is missing. Install it with: apt-get install -y mariadb-server"
-	say "Galera packages ok (internal/galera starts its own cluster)"
+		die "mariadb-install-db (for tests/galera) is missing. Install it with: apt-get install -y mariadb-server"
+	say "Galera packages ok (tests/galera starts its own cluster)"
 fi

@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/mytest"
-	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/mysqlstore"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // The tests run idemctl (in process, through run) against the real
-// PostgreSQL (IDEM_TEST_PG_DSN, default pgtest.DefaultDSN; unreachable
+// PostgreSQL (IDEM_TEST_PG_DSN, default pgstoretest.DefaultDSN; unreachable
 // fails) on a fresh schema.
 
 // sentinel is in every key: no output may contain it unless asked to.
@@ -66,8 +66,8 @@ func (c ctl) json(v any, args ...string) {
 // each on a fresh schema or database.
 func backends(t *testing.T, fn func(t *testing.T, c ctl, st core.Store)) {
 	t.Run("postgres", func(t *testing.T) {
-		pool := pgtest.Pool(t)
-		schema := pgtest.Schema(t, pool)
+		pool := pgstoretest.Pool(t)
+		schema := pgstoretest.Schema(t, pool)
 		ctx := context.Background()
 		if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
 			t.Fatal(err)
@@ -77,11 +77,11 @@ func backends(t *testing.T, fn func(t *testing.T, c ctl, st core.Store)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(st.Close)
-		fn(t, ctl{t: t, db: []string{"-dsn", pgtest.DSN(), "-schema", schema}}, st)
+		fn(t, ctl{t: t, db: []string{"-dsn", pgstoretest.DSN(), "-schema", schema}}, st)
 	})
 	t.Run("mariadb", func(t *testing.T) {
-		cfg := mytest.Database(t, "")
-		db := mytest.Open(t, cfg)
+		cfg := mysqlstoretest.Database(t, "")
+		db := mysqlstoretest.Open(t, cfg)
 		if err := mysqlstore.Migrate(context.Background(), db); err != nil {
 			t.Fatal(err)
 		}

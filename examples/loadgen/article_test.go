@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestArticleServer runs the article's design (serveChild "article") on a
@@ -21,9 +21,9 @@ import (
 // another body is refused (422), and concurrent duplicates of one key book
 // it once (the others replay or get 409).
 func TestArticleServer(t *testing.T) {
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	dsn, err := withParams(pgtest.DSN(), schema, 4)
+	pool := pgstoretest.Pool(t)
+	schema := pgstoretest.Schema(t, pool)
+	dsn, err := withParams(pgstoretest.DSN(), schema, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/internal/mytest"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // countingProvider speaks the external provider protocol and counts every
@@ -192,7 +192,7 @@ func pgStepStored(t *testing.T, dsn string) func() bool {
 		t.Fatal(err)
 	}
 	table := pgx.Identifier{u.Query().Get("search_path"), "idem_records_steps"}.Sanitize()
-	pool := pgtest.Pool(t)
+	pool := pgstoretest.Pool(t)
 	return func() bool {
 		var n int
 		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
@@ -205,7 +205,7 @@ func pgStepStored(t *testing.T, dsn string) func() bool {
 // mysqlStepStored reports whether the database of cfg holds a stored step
 // (mysqlstore keeps them in the record's steps column, migration 0004).
 func mysqlStepStored(t *testing.T, cfg *mysql.Config) func() bool {
-	db := mytest.Open(t, cfg)
+	db := mysqlstoretest.Open(t, cfg)
 	return func() bool {
 		var n int
 		if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM idem_records WHERE steps IS NOT NULL AND JSON_LENGTH(steps) > 1").Scan(&n); err != nil {

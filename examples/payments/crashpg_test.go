@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // crashPort is TestCrashPostgres's throwaway cluster (perf's range, 157xx).
@@ -63,7 +63,7 @@ func TestCrashPostgres(t *testing.T) {
 		}
 		rounds = n
 	}
-	cluster := pgtest.NewCluster(t, crashPort)
+	cluster := pgstoretest.NewCluster(t, crashPort)
 	bin := buildBinary(t)
 	const lease = 2 * time.Second
 	prov := newDedupProvider(t)
@@ -184,7 +184,7 @@ func (l *crashLoad) send(uk string) result {
 // round runs 8 clients, half their requests duplicates of recent keys,
 // crashes the cluster after a second and restarts it, and keeps the load on
 // for another second.
-func (l *crashLoad) round(t *testing.T, c *pgtest.Cluster, round int) {
+func (l *crashLoad) round(t *testing.T, c *pgstoretest.Cluster, round int) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {

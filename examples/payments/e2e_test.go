@@ -27,16 +27,16 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemkit/idem/internal/mytest"
-	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/nethttpidem"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // The end-to-end tests build the example binary once and start it as a
 // child process for every framework, on memstore, on pgstore against the
-// real PostgreSQL (IDEM_TEST_PG_DSN, default pgtest.DefaultDSN) and on
+// real PostgreSQL (IDEM_TEST_PG_DSN, default pgstoretest.DefaultDSN) and on
 // mysqlstore against the real MariaDB/MySQL (IDEM_TEST_MYSQL_DSN, default
-// mytest.DefaultDSN); an unreachable database fails the test. Each pgstore
+// mysqlstoretest.DefaultDSN); an unreachable database fails the test. Each pgstore
 // run gets a fresh schema through the DSN's search_path, each mysqlstore
 // run a fresh database.
 
@@ -197,9 +197,9 @@ func buildBinary(t *testing.T) string {
 // unreachable.
 func testDSN(t *testing.T) string {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	dsn := pgtest.DSN()
+	pool := pgstoretest.Pool(t)
+	schema := pgstoretest.Schema(t, pool)
+	dsn := pgstoretest.DSN()
 	if strings.Contains(dsn, "://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -215,7 +215,7 @@ func testDSN(t *testing.T) string {
 
 // testMySQLDSN returns a mysql:// DSN (the example's -dsn form) for a fresh
 // database on the MySQL/MariaDB test server (IDEM_TEST_MYSQL_DSN, default
-// mytest.DefaultDSN), dropped when the test ends. It fails the test if the
+// mysqlstoretest.DefaultDSN), dropped when the test ends. It fails the test if the
 // server is unreachable.
 func testMySQLDSN(t *testing.T) string {
 	t.Helper()
@@ -226,7 +226,7 @@ func testMySQLDSN(t *testing.T) string {
 // testMySQL is testMySQLDSN, also returning the database's configuration.
 func testMySQL(t *testing.T) (*mysql.Config, string) {
 	t.Helper()
-	cfg := mytest.Database(t, "")
+	cfg := mysqlstoretest.Database(t, "")
 	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
 	if cfg.Passwd != "" {
 		u.User = url.UserPassword(cfg.User, cfg.Passwd)

@@ -47,7 +47,9 @@ func TestChecks(t *testing.T) {
 		{"WithinDuration", func(t TestingT) bool { return WithinDuration(t, now, now.Add(time.Second), time.Second) }, func(t TestingT) bool { return WithinDuration(t, now, now.Add(2*time.Second), time.Second) }},
 		{"Regexp", func(t TestingT) bool { return Regexp(t, "^a+$", "aaa") }, func(t TestingT) bool { return Regexp(t, "^a+$", "ab") }},
 		{"NotPanics", func(t TestingT) bool { return NotPanics(t, func() {}) }, func(t TestingT) bool { return NotPanics(t, func() { panic("x") }) }},
-		{"Eventually", func(t TestingT) bool { return Eventually(t, func() bool { return true }, time.Second, time.Millisecond) }, func(t TestingT) bool {
+		{"Eventually", func(t TestingT) bool {
+			return Eventually(t, func() bool { return true }, time.Second, time.Millisecond)
+		}, func(t TestingT) bool {
 			return Eventually(t, func() bool { return false }, 5*time.Millisecond, time.Millisecond)
 		}},
 	}

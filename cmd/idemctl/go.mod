@@ -1,0 +1,27 @@
+module github.com/idemkit/idem/cmd/idemctl
+
+go 1.26.0
+
+replace (
+	github.com/idemkit/idem => ../..
+	github.com/idemkit/idem/mysqlstore => ../../mysqlstore
+	github.com/idemkit/idem/pgstore => ../../pgstore
+)
+
+require (
+	github.com/go-sql-driver/mysql v1.10.2
+	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/mysqlstore v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/pgstore v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)

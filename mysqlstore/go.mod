@@ -1,0 +1,18 @@
+module github.com/idemkit/idem/mysqlstore
+
+go 1.26.0
+
+replace (
+	github.com/idemkit/idem => ..
+)
+
+require (
+	github.com/go-sql-driver/mysql v1.10.2
+	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+)

@@ -1,0 +1,54 @@
+package echoidem_test
+
+import (
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/tests/internal/pgstores"
+)
+
+// TestPostgresTransactionalMode: the lease reaches an Echo handler through
+// c.Request().Context(), so pgstore.Tx gives it the business transaction;
+// a stored 201 commits the write with the response, and an error returned
+// by the handler (rendered 500, retryable) rolls it back.
+func TestPostgresTransactionalMode(t *testing.T) {
+	store, schema := pgstores.Store(t)
+	table, count := pgstores.Ledger(t, store, schema)
+	s := newServer(t, store)
+	var runs atomic.Int32
+	s.e.POST("/v1/payments", func(c echo.Context) error {
+		n := runs.Add(1)
+		tx, err := pgstore.Tx(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(c.Request().Context(), "INSERT INTO "+table+" (note) VALUES ($1)", c.Request().Header.Get("X-Note")); err != nil {
+			return err
+		}
+		if n == 1 {
+			return errors.New("provider down") // 500: rolled back, retryable
+		}
+		return c.JSON(http.StatusCreated, map[string]int32{"run": n})
+	}, mw(s.eng))
+	s.start()
+
+	if r := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"); r.status != 500 {
+		t.Fatalf("first: %v", r)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("failed run left %d rows", n)
+	}
+	first := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
+	if first.status != 201 {
+		t.Fatalf("retry: %v", first)
+	}
+	sameAsFirst(t, first, s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"))
+	if n := count(); n != 1 || runs.Load() != 2 {
+		t.Errorf("rows %d, runs %d; want 1 row, 2 runs", n, runs.Load())
+	}
+}

@@ -1,0 +1,126 @@
+package model
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
+)
+
+// pgEnvs migrates pgstore into a fresh schema and returns the Env of each
+// history (its own scope, one store). The store's pool carries a unique
+// application_name: Kill terminates one of those backends, never another
+// test's. Lapse, Expire, Audit and Kill run on a second pool.
+//
+// Transactional: the store runs WithTransactional, and every Complete and
+// Fail comes after a ledger write in the lease's transaction (pgstore.Tx);
+// Audit reads the ledger.
+func pgEnvs(t *testing.T, transactional bool) func(h int) *Env {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	app := "idem_model_" + hex.EncodeToString(b[:])
+	cfg := pgstoretest.Config(t)
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool := pgstoretest.NewPool(t, cfg)
+	admin := pgstoretest.NewPool(t, pgstoretest.Config(t))
+	schema := pgstoretest.Schema(t, admin)
+	opts := []pgstore.Option{pgstore.WithSchema(schema)}
+	if transactional {
+		opts = append(opts, pgstore.WithTransactional())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pgstore.Migrate(ctx, pool, opts...); err != nil {
+		t.Fatalf("pgstore.Migrate: %v", err)
+	}
+	store, err := pgstore.New(pool, opts...)
+	if err != nil {
+		t.Fatalf("pgstore.New: %v", err)
+	}
+	t.Cleanup(store.Close)
+	table := pgx.Identifier{schema, "idem_records"}.Sanitize()
+	ledger := pgx.Identifier{schema, "ledger"}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+ledger+" (scope text NOT NULL, key text NOT NULL, token bigint NOT NULL)"); err != nil {
+		t.Fatalf("create ledger: %v", err)
+	}
+	// A day in the past: before the clock of any statement of the run
+	// (now() is the transaction's start), so no claim sees the lease live.
+	lapse := func(set string) func(ctx context.Context, scope, key string) error {
+		q := "UPDATE " + table + " SET " + set + " WHERE scope = $1 AND key = $2"
+		return func(ctx context.Context, scope, key string) error {
+			_, err := admin.Exec(ctx, q, scope, key)
+			return err
+		}
+	}
+	kill := func(ctx context.Context) error {
+		_, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1`, app)
+		return err
+	}
+	return func(h int) *Env {
+		env := &Env{
+			Store:  store,
+			Scope:  fmt.Sprintf("h%d", h),
+			Lapse:  lapse("locked_until = now() - interval '1 day'"),
+			Expire: lapse("locked_until = now() - interval '1 day', expires_at = now() - interval '1 day'"),
+			Kill:   kill,
+		}
+		if !transactional {
+			return env
+		}
+		env.BusinessWrite = func(ctx context.Context, f core.Fence) error {
+			tx, err := pgstore.Tx(ctx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, "INSERT INTO "+ledger+" (scope, key, token) VALUES ($1, $2, $3)", f.Scope, f.Key, f.Token)
+			return err
+		}
+		env.Audit = func(ctx context.Context, scope, key string) ([]int64, error) {
+			rows, err := admin.Query(ctx, "SELECT token FROM "+ledger+" WHERE scope = $1 AND key = $2 ORDER BY token", scope, key)
+			if err != nil {
+				return nil, err
+			}
+			return pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		return env
+	}
+}
+
+// killConfig is config with connection kills: about one call in 40 starts
+// one, at most 4 per history.
+func killConfig(t *testing.T, def int) Config {
+	t.Helper()
+	cfg := config(t, def)
+	cfg.KillEvery, cfg.MaxKills = 40, 4
+	return cfg
+}
+
+func TestPgstore(t *testing.T) {
+	t.Parallel()
+	sum, fails := Run(context.Background(), killConfig(t, 40), pgEnvs(t, false))
+	Report(t, "pgstore", fails)
+	covered(t, sum, true)
+}
+
+// TestPgstoreTransactional: Complete commits the handler's transaction
+// with the response, Fail rolls it back; the ledger (Audit) must hold a
+// token exactly when its Complete took effect.
+func TestPgstoreTransactional(t *testing.T) {
+	t.Parallel()
+	sum, fails := Run(context.Background(), killConfig(t, 40), pgEnvs(t, true))
+	Report(t, "pgstore-tx", fails)
+	covered(t, sum, true)
+	if sum.Count(Audit, OK) == 0 {
+		t.Errorf("no ledger audit was answered")
+	}
+}

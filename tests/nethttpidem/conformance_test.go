@@ -1,0 +1,75 @@
+package nethttpidem_test
+
+import (
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/nethttpidem"
+	"github.com/idemkit/idem/tests/internal/pgstores"
+)
+
+// adapter serves idemtest routes on an http.ServeMux, each handler wrapped
+// in the middleware, so r.Pattern gives the route template. net/http
+// handlers have no error to return (NoHandlerErrors).
+var adapter = idemtest.Adapter{
+	Name:            "nethttp",
+	NoHandlerErrors: true,
+	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
+		var opts []nethttpidem.Option
+		if cfg.NilOptions {
+			opts = append(opts, nil, nethttpidem.WithScope(nil), nethttpidem.WithSkip(nil),
+				nethttpidem.WithRoute(nil), nethttpidem.WithErrorHandler(nil))
+		}
+		if !cfg.NoScope {
+			opts = append(opts, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+				if cfg.ScopeErr != nil {
+					return "", cfg.ScopeErr
+				}
+				return r.Header.Get(idemtest.ScopeHeader), nil
+			}))
+		}
+		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
+			opts = append(opts, nethttpidem.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error, fallback *core.Response) {
+				if cfg.ErrorHandlerSaw != nil {
+					cfg.ErrorHandlerSaw(err)
+				}
+				if !cfg.SilentErrorHandler {
+					_ = core.WriteResponse(w, fallback)
+				}
+			}))
+		}
+		mw, err := nethttpidem.New(eng, opts...)
+		if err != nil {
+			return "", err
+		}
+		mux := http.NewServeMux()
+		for _, rt := range routes {
+			mux.Handle(rt.Method+" "+rt.Path, mw(rt.Handler))
+		}
+		srv := httptest.NewUnstartedServer(mux)
+		if cfg.Log != nil {
+			srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv.URL, nil
+	},
+}
+
+func newMemstore(*testing.T) core.Store { return memstore.New() }
+
+func TestConformance(t *testing.T) {
+	idemtest.Run(t, adapter, newMemstore)
+}
+
+// TestConformancePostgres runs the suite on pgstore, in a schema of its own;
+// scenarios use unique keys and tenants, so they share one store.
+func TestConformancePostgres(t *testing.T) {
+	store, _ := pgstores.Store(t)
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+}
