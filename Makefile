@@ -1,15 +1,18 @@
 # idem — common tasks. `make test` is what CI runs (.ci/run).
 GO          ?= go
-PKGS        ?= ./...
+# Every module of the workspace (go.work): `./...` alone covers the root module only.
+MODULES     := $(shell $(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)|.|')
+PKGS        ?= $(addsuffix /...,$(MODULES))
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
+.PHONY: test consumer tidy model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
 
-## test: go vet + the whole suite with the race detector. Starts PostgreSQL and MariaDB first
+## test: go vet + the whole suite with the race detector, every module, plus the scratch-consumer
+## check (scripts/consumer.sh: ginidem + core pull in no other integration's dependencies). Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README), installs
 ## pgbouncer if absent, and runs the topology tests too (PgBouncer, primary failover: ~30 s)
-test: services pgbouncer
+test: services pgbouncer consumer
 	$(GO) vet $(PKGS)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
@@ -20,6 +23,15 @@ test: services pgbouncer
 MODEL_ITER ?= 400
 model: services
 	IDEM_MODEL_ITER=$(MODEL_ITER) $(GO) test -race -count=1 -timeout 60m -v -run . ./tests/model
+
+## consumer: a scratch module that imports only ginidem and core (through local replaces) must
+## not have fiber, echo, pgx, the MySQL driver, the OpenTelemetry SDK or libopenapi in its graph
+consumer:
+	./scripts/consumer.sh
+
+## tidy: go mod tidy in every module
+tidy:
+	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy) || exit 1; done
 
 ## pgbouncer: Debian's pgbouncer, for tests/topology (installed if absent)
 pgbouncer:
@@ -49,7 +61,7 @@ bench: bench-inproc bench-pg bench-mysql bench-e2e
 
 ## bench-inproc: per-adapter and engine overhead on memstore, fiber vs fiber's idempotency middleware
 bench-inproc:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./nethttpidem ./ginidem ./echoidem ./fiberidem
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./tests/nethttpidem ./tests/ginidem ./tests/echoidem ./tests/fiberidem
 
 ## bench-pg: pgstore claim+complete vs the raw-statement floor; wait-mode wake-up latency; cost of a step
 bench-pg:

@@ -1,3 +1,3 @@
 module github.com/idemkit/idem
 
-go 1.26.0
+go 1.25.0

@@ -1,10 +1,8 @@
 module github.com/idemkit/idem/mysqlstore
 
-go 1.26.0
+go 1.25.0
 
-replace (
-	github.com/idemkit/idem => ..
-)
+replace github.com/idemkit/idem => ..
 
 require (
 	github.com/go-sql-driver/mysql v1.10.2
@@ -12,7 +10,4 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require (
-	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-)
+require filippo.io/edwards25519 v1.2.0 // indirect

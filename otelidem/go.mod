@@ -2,9 +2,7 @@ module github.com/idemkit/idem/otelidem
 
 go 1.26.0
 
-replace (
-	github.com/idemkit/idem => ..
-)
+replace github.com/idemkit/idem => ..
 
 require (
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
@@ -22,5 +20,5 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )

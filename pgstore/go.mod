@@ -1,10 +1,8 @@
 module github.com/idemkit/idem/pgstore
 
-go 1.26.0
+go 1.25.0
 
-replace (
-	github.com/idemkit/idem => ..
-)
+replace github.com/idemkit/idem => ..
 
 require (
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
@@ -16,7 +14,6 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )
