@@ -132,3 +132,30 @@ func TestNoSpeedFiguresOutsideBenchmarks(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeInstallsEveryModule: each module a user imports has its
+// `go get` line (a command its `go install` line) in the README.
+func TestReadmeInstallsEveryModule(t *testing.T) {
+	readme := readFile(t, "README.md")
+	mods := docFiles(t, func(rel string) bool { return filepath.Base(rel) == "go.mod" })
+	if len(mods) == 0 {
+		t.Fatal("no go.mod found")
+	}
+	for _, mod := range mods {
+		dir := filepath.ToSlash(filepath.Dir(mod))
+		path := "github.com/idemkit/idem"
+		if dir != "." {
+			path += "/" + dir
+		}
+		switch {
+		case dir == "examples" || dir == "tests" || strings.HasPrefix(dir, "examples/") || strings.HasPrefix(dir, "tests/"):
+			continue // not imported by users
+		case strings.HasPrefix(dir, "cmd/"):
+			if !strings.Contains(readme, "go install "+path+"@") {
+				t.Errorf("README has no `go install %s@...` line", path)
+			}
+		case !regexp.MustCompile(`go get ` + regexp.QuoteMeta(path) + `\s`).MatchString(readme):
+			t.Errorf("README has no `go get %s` line", path)
+		}
+	}
+}
