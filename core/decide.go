@@ -42,7 +42,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	key, err := ParseKey(req.values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
-			return e.bypass(route), nil
+			// Named, so a staged roll-out can count the clients that send
+			// no key yet before requiring one.
+			e.observe(Event{Kind: EventBypass, Problem: ProblemMissingKey, Route: route})
+			return &Decision{Outcome: Bypass, eng: e}, nil
 		}
 		return e.reject(ctx, route, ProblemMissingKey, "the "+e.cfg.header+" header is required for "+method+" requests", nil), nil
 	}

@@ -29,7 +29,10 @@ const (
 type Event struct {
 	Kind EventKind
 	// Problem is the problem name (ProblemInFlight, ...) of a refusal or
-	// failure answer, "" otherwise. LookupProblem gives its status.
+	// failure answer, "" otherwise. LookupProblem gives its status. A
+	// bypass names ProblemMissingKey when the request had no key and keys
+	// are optional (WithKeyRequired(false)): nothing was refused, but the
+	// count is what tells when keys can be required.
 	Problem  string
 	Scope    string
 	Route    string        // canonical route template (see CanonicalRoute); "" when the request's route was its path (Request.RouteIsPath)

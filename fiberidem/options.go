@@ -72,12 +72,13 @@ func WithSkip(f func(c *fiber.Ctx) bool) Option {
 //
 // Default: c.Route().Path, the template the handler was registered with
 // ("/v1/orders/:id"), when idem is mounted on the route itself
-// (app.Post("/pay", fiberidem.New(eng), handler)). When idem is registered
+// (app.Post("/v1/orders/:id", idem, handler), see Example). When idem is registered
 // with app.Use or Group.Use, c.Route() is the middleware's own route (its
 // prefix, such as "/"), not the one that will handle the request, so the
 // default falls back to the request path c.Path() ("/v1/orders/42"). That
 // is still safe — a retry uses the same URL — but keys are then bound to
-// concrete paths rather than templates; pass WithRoute to choose otherwise.
+// concrete paths rather than templates; pass WithRoute to choose otherwise
+// (see ExampleWithRoute).
 func WithRoute(f func(c *fiber.Ctx) string) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

@@ -115,6 +115,19 @@ func stripComments(s string) string {
 	return b.String()
 }
 
+// migrationsTableSQL creates the table recording applied migrations (one
+// per database, shared by the store tables in it).
+func migrationsTableSQL(n names) string {
+	return `CREATE TABLE IF NOT EXISTS ` + n.migrations + ` (
+    table_name VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    version    INT          NOT NULL,
+    mode       VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    name       VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    applied_at DATETIME(6)  NOT NULL,
+    PRIMARY KEY (table_name, version)
+) ENGINE = InnoDB`
+}
+
 // Migrate creates or upgrades the store's tables and its claim procedure in
 // the connection's current database, from SQL embedded in the binary and
 // versioned in a table idem_schema_migrations. Pass the same options as to
@@ -183,14 +196,7 @@ func migrateConn(ctx context.Context, conn *sql.Conn, cfg config, migs []migrati
 			return fmt.Errorf("set wsrep_sync_wait: %w", err)
 		}
 	}
-	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+n.migrations+` (
-    table_name VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    version    INT          NOT NULL,
-    mode       VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    name       VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    applied_at DATETIME(6)  NOT NULL,
-    PRIMARY KEY (table_name, version)
-) ENGINE = InnoDB`); err != nil && !alreadyDone(err) {
+	if _, err := conn.ExecContext(ctx, migrationsTableSQL(n)); err != nil && !alreadyDone(err) {
 		return fmt.Errorf("create migrations table: %w", err)
 	}
 	applied, err := appliedVersions(ctx, conn, cfg)

@@ -170,8 +170,8 @@ func WithDeadlockRetries(n int) Option {
 // WithReadFirst makes Claim send a plain primary-key SELECT first, and the
 // claim procedure only when the key is missing or claimable. A replay or an
 // in-flight duplicate (and every poll of a waiting one) then costs one
-// SELECT instead of one CALL — about 1.8× cheaper on the benchmark machine
-// (BENCHMARKS.md §7.1) — while a first execution or a takeover costs a
+// SELECT instead of one CALL — cheaper, as measured in BENCHMARKS.md
+// §7.1 — while a first execution or a takeover costs a
 // second round trip before its CALL. Worth it where retries are common
 // (clients that retry aggressively, wait mode with many waiters); a first
 // execution's cost is dominated by its commits anyway.

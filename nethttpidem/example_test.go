@@ -62,3 +62,53 @@ func ExampleNew_withoutScope() {
 	// true
 	// <nil>
 }
+
+// Step one of a staged roll-out: keys optional, so clients that send none
+// keep working (unprotected), while the observer counts them. otelidem
+// reports the same count as idem.decisions{idem.outcome="bypass",
+// idem.problem="missing-key"}. When it reaches zero, drop
+// WithKeyRequired(false): from then on a POST without a key gets 400.
+func ExampleNew_stagedRollout() {
+	var withoutKey, withKey int
+	eng, err := core.New(memstore.New(),
+		core.WithKeyRequired(false),
+		core.WithObserver(func(ev core.Event) { // otelidem's tel.Observer() in production
+			switch {
+			case ev.Kind == core.EventBypass && ev.Problem == core.ProblemMissingKey:
+				withoutKey++
+			case ev.Kind == core.EventClaim || ev.Kind == core.EventReplay:
+				withKey++
+			}
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	idem, err := nethttpidem.New(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) {
+		return r.Header.Get("X-User-ID"), nil
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})))
+
+	for _, key := range []string{"", "k-1", ""} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
+		req.Header.Set("X-User-ID", "alice")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		fmt.Println(rec.Code)
+	}
+	fmt.Println("without a key:", withoutKey, "with a key:", withKey)
+	// Output:
+	// 201
+	// 201
+	// 201
+	// without a key: 2 with a key: 1
+}

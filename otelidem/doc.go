@@ -12,6 +12,8 @@
 //	idem.decisions          counter    every decision: idem.outcome (bypass, claim, replay, conflict,
 //	                                   mismatch, not_retained, rejected, store_error, canceled),
 //	                                   http.route, idem.problem, http.response.status_code
+//	                                   (a bypass with idem.problem=missing-key is a request sent without
+//	                                   a key while keys are optional: the count a roll-out waits on)
 //	idem.commits            counter    every commit: idem.outcome (commit, fail, abort, lease_lost), http.route
 //	idem.store.duration     histogram  seconds spent in the store per phase: idem.phase (decide, commit)
 //	idem.lease.lost         counter    executions that lost their lease (at commit, or found by a heartbeat)

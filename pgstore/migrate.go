@@ -106,6 +106,19 @@ func loadMigrations(c config) ([]migration, error) {
 	return out, nil
 }
 
+// migrationsTableSQL creates the table recording applied migrations (one
+// per schema, shared by the store tables in it).
+func migrationsTableSQL(n names) string {
+	return `CREATE TABLE IF NOT EXISTS ` + n.migrations + ` (
+    table_name text        NOT NULL,
+    version    integer     NOT NULL,
+    mode       text        NOT NULL,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_name, version)
+)`
+}
+
 // Migrate creates or upgrades the store's schema objects: the schema (if
 // missing), the sequence, the tables and indexes, from SQL files embedded in
 // the binary and versioned in a table idem_schema_migrations in the same
@@ -149,14 +162,7 @@ func migrateTx(ctx context.Context, tx pgx.Tx, cfg config, migs []migration) err
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+n.schema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.migrations+` (
-    table_name text        NOT NULL,
-    version    integer     NOT NULL,
-    mode       text        NOT NULL,
-    name       text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (table_name, version)
-)`); err != nil {
+	if _, err := tx.Exec(ctx, migrationsTableSQL(n)); err != nil {
 		return fmt.Errorf("create migrations table: %w", err)
 	}
 	rows, err := tx.Query(ctx, `SELECT version, mode FROM `+n.migrations+` WHERE table_name = $1`, cfg.table)

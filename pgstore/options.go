@@ -163,11 +163,10 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 
 // WithOptimisticClaim makes Claim send a bare INSERT ... ON CONFLICT DO
 // NOTHING first, and the claim-or-read function only when the key already
-// exists. A first execution then skips the PL/pgSQL call (about 10 µs of
-// server CPU, ~5 % of a first execution's database work on the benchmark
-// machine: BENCHMARKS.md §3.0); every duplicate, replay or takeover costs
-// a second statement and round trip. Worth it where retries are rare; the
-// default keeps DESIGN.md's one statement for every claim.
+// exists. A first execution then skips the PL/pgSQL call (its cost is
+// measured in BENCHMARKS.md §3.0); every duplicate, replay or takeover
+// costs a second statement and round trip. Worth it where retries are
+// rare; the default keeps one statement for every claim.
 //
 // Default: off.
 func WithOptimisticClaim() Option {

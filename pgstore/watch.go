@@ -32,7 +32,7 @@ import (
 //     stops and closes its connection listenLinger after the last waiter
 //     leaves: long enough that a waiter re-arming after a wake-up, or the
 //     next duplicate of a busy service, finds it running (starting one
-//     costs a connection and a LISTEN, ~5-25 ms here); short enough that
+//     costs a connection and a LISTEN: several round trips); short enough that
 //     an idle Store holds no connection and no goroutine for long.
 //
 // Nothing is lost by racing: the listener is LISTENing before the mark

@@ -8,12 +8,22 @@
 //	idemctl sweep [-batch 1000] [-margin 1h]             delete expired records until none is left
 //	idemctl maintain [-margin 1h]                        all retention work of the store's mode
 //	idemctl stats                                        counts by status and age
+//	idemctl schema postgres|mysql [-schema s] [-table t] the store's schema as plain SQL, for goose, Flyway, Atlas
+//	idemctl version [-json]                              the module version it was built from
 //
-// Every command takes -dsn (default $DATABASE_URL: a PostgreSQL URL or
-// key=value string; pgstore), or -mysql (a go-sql-driver DSN
-// user:pass@tcp(host:port)/db; mysqlstore), -schema (PostgreSQL) and
+// Every command that reads a store takes -dsn (default $DATABASE_URL): a
+// PostgreSQL URL or key=value string selects pgstore, a
+// mysql://user:pass@host:port/db URL mysqlstore (the form
+// examples/payments takes); -mysql takes a go-sql-driver DSN
+// (user:pass@tcp(host:port)/db) instead. Also -schema (PostgreSQL) and
 // -table (WithSchema/WithTable; pgstore's retention mode is read from its
-// migrations table), and -json for scripts. Flags may come before or after the key.
+// migrations table), and -json for scripts. Flags may come before or after
+// the key.
+//
+// schema needs no database: it prints what the store's Migrate would
+// create on an empty one (pgstore.SchemaSQL, mysqlstore.SchemaSQL), with
+// the rows that record those migrations as applied, so Migrate and New
+// accept a schema created by another tool.
 //
 // Keys are capabilities: idemctl never prints one in clear (nor a key given
 // on the command line in an error) unless -show-key/-show-keys asks; it
@@ -28,7 +38,9 @@
 // whose lease is still running is refused unless -live says its owner is
 // known dead.
 //
-// Exit codes: 0 success; 1 failure (database unreachable, query failed);
-// 2 usage; 3 record not found; 4 release refused (lease live, or the record
-// changed owner or state).
+// Exit codes (also in idemctl -h): 0 success; 1 failure (database
+// unreachable, query failed); 2 usage; 3 record not found; 4 release
+// refused (lease live, or the record changed owner or state); 5 stuck
+// -fail found a record stuck past its lease (for cron and alerting:
+// `idemctl stuck -fail > /dev/null || page-someone`).
 package main

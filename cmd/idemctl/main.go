@@ -24,6 +24,7 @@ const (
 	exitUsage    = 2
 	exitNotFound = 3
 	exitRefused  = 4
+	exitStuck    = 5
 )
 
 func main() {
@@ -33,19 +34,42 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: idemctl COMMAND [flags] [KEY]
+var usage = `usage: idemctl COMMAND [flags] [KEY]
 
 commands:
   inspect   one record: status, token, lease, timestamps, response (body with -body)
-  stuck     processing records past their lease, longest lapsed first
+  stuck     processing records past their lease, longest lapsed first (-fail: exit 5 if any)
   release   mark a stuck record failed, fenced by its token, so a retry runs now
   sweep     delete expired records
   maintain  all retention work of the store's mode
   stats     counts by status and age
+  schema    print a store's schema as plain SQL (STORE: ` + schemaStores + `), for goose, Flyway, Atlas
+  version   the version idemctl was built from
 
-common flags: -dsn URL (PostgreSQL, default $DATABASE_URL) or -mysql DSN (MySQL/MariaDB),
-              -schema (PostgreSQL), -table, -json, -timeout
-run "idemctl COMMAND -h" for a command's flags`
+the database: -dsn URL, default $DATABASE_URL: postgres://... or a key=value string (pgstore),
+              mysql://user:pass@host:port/db (mysqlstore); or -mysql user:pass@tcp(host:port)/db
+common flags: -schema (PostgreSQL), -table, -json, -timeout
+run "idemctl COMMAND -h" for a command's flags
+
+exit codes:
+  0  success (stuck: also when records are stuck, unless -fail)
+  1  failure: database unreachable, query failed
+  2  usage: unknown command or flag, missing KEY or database
+  3  record not found (inspect, release)
+  4  release refused: the lease is live (see -live), or the record changed owner or state
+  5  stuck -fail: at least one record is stuck past its lease
+
+examples:
+  export DATABASE_URL=postgres://idem@db/app     # or mysql://idem:secret@db:3306/app
+  idemctl stats
+  idemctl stuck -json                            # keys hashed; -show-keys to release one
+  idemctl stuck -fail > /dev/null || alert-oncall "idem keys stuck"     # cron: exit 5 if any
+  idemctl inspect -scope u1 -body -- "$KEY"
+  printf '%s\n' "$KEY" | idemctl release -scope u1 -   # the key from stdin, not in ps
+  idemctl sweep -batch 5000
+  idemctl schema postgres -schema idem > V1__idem.sql   # for goose, Flyway, Atlas
+  idemctl schema mysql > 0001_idem.sql
+  idemctl version`
 
 // common are the flags every command takes.
 type common struct {
@@ -57,7 +81,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.dsn, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL URL or key=value DSN (default $DATABASE_URL)")
+	fs.StringVar(&c.dsn, "dsn", os.Getenv("DATABASE_URL"), "postgres://... or key=value DSN (pgstore), or mysql://user:pass@host:port/db (mysqlstore); default $DATABASE_URL")
 	fs.StringVar(&c.mysql, "mysql", "", "MySQL/MariaDB (mysqlstore): go-sql-driver DSN user:pass@tcp(host:port)/db, instead of -dsn")
 	fs.StringVar(&c.schema, "schema", "public", "schema of the store's tables (pgstore.WithSchema)")
 	fs.StringVar(&c.table, "table", "idem_records", "records table (pgstore.WithTable)")
@@ -94,6 +118,12 @@ func codeOf(err error) int {
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) > 0 && (args[0] == "version" || args[0] == "-version" || args[0] == "--version") {
+		return printVersion(stdout, args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == "schema" {
+		return printSchema(stdout, args[1:], stderr)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stderr, usage)
 		if len(args) == 0 {
@@ -119,7 +149,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		body, showKeys   bool
 		limit, batch     int
 		token            int64
-		live             bool
+		live, failStuck  bool
 		wantKey, maxArgs int
 	)
 	switch cmd {
@@ -131,6 +161,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "stuck":
 		fs.IntVar(&limit, "limit", 100, "at most this many records")
 		fs.BoolVar(&showKeys, "show-keys", false, "print keys in clear (needed to release one)")
+		fs.BoolVar(&failStuck, "fail", false, "exit 5 when at least one record is stuck (for cron and alerting)")
 	case "release":
 		fs.StringVar(&scope, "scope", "", "the record's scope (tenant)")
 		fs.Int64Var(&token, "token", 0, "release only under this lease token (from inspect or stuck); default: the current one")
@@ -189,7 +220,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		c.secret = key
 	}
 	if com.dsn == "" && com.mysql == "" {
-		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL) or -mysql\n", cmd)
+		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL: postgres://... or mysql://...) or -mysql\n", cmd)
 		return exitUsage
 	}
 	if (cmd == "stuck" && limit < 1) || (cmd == "sweep" && batch < 1) {
@@ -225,7 +256,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return c.fail(codeOf(err), err)
 		}
-		return out.records(rs)
+		if code := out.records(rs); code != exitOK || !failStuck || len(rs) == 0 {
+			return code
+		}
+		fmt.Fprintf(stderr, "idemctl stuck: %d record(s) stuck past their lease\n", len(rs))
+		return exitStuck
 	case "release":
 		if token == 0 {
 			r, err := st.Inspect(ctx, scope, key)

@@ -20,10 +20,19 @@ import (
 // the tool needs no flag for it.
 func openStore(ctx context.Context, c common) (core.Admin, func(), error) {
 	if c.mysql != "" {
-		return openMySQL(c)
+		cfg, err := mysql.ParseDSN(c.mysql)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-mysql: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)")
+		}
+		return openMySQL(cfg, c)
 	}
 	if strings.HasPrefix(c.dsn, "mysql://") {
-		return nil, nil, fmt.Errorf("-dsn: for MySQL/MariaDB use -mysql with a go-sql-driver DSN (user:pass@tcp(host:port)/db)")
+		// The same URL examples/payments takes, so one DATABASE_URL serves both.
+		cfg, err := mysqlstore.ParseURL(c.dsn)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-dsn: %w", err) // ParseURL never repeats the password
+		}
+		return openMySQL(cfg, c)
 	}
 	cfg, err := pgxpool.ParseConfig(c.dsn)
 	if err != nil {
@@ -55,16 +64,12 @@ func openStore(ctx context.Context, c common) (core.Admin, func(), error) {
 	return st, func() { st.Close(); pool.Close() }, nil
 }
 
-// openMySQL opens mysqlstore on a go-sql-driver DSN. No statement is sent
-// until a command runs.
-func openMySQL(c common) (core.Admin, func(), error) {
-	cfg, err := mysql.ParseDSN(c.mysql)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-mysql: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)")
-	}
+// openMySQL opens mysqlstore on a driver configuration. No statement is
+// sent until a command runs.
+func openMySQL(cfg *mysql.Config, c common) (core.Admin, func(), error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-mysql: %w", err)
+		return nil, nil, fmt.Errorf("mysql: %w", err)
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(2)

@@ -1,4 +1,4 @@
-// Package topology tests idem in the production set-ups DESIGN.md names,
+// Package topology tests idem in the production set-ups the README names,
 // each test starting (and removing) what it needs on loopback: PgBouncer in
 // transaction pooling (TestPgBouncer, make test-pgbouncer) and a primary
 // failing over to a streaming standby (TestFailover, make test-failover).
