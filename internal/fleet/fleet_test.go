@@ -16,9 +16,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gofiber/fiber/v2"
 	"github.com/labstack/echo/v4"
+	echov5 "github.com/labstack/echo/v5"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/echoidem"
+	"github.com/idemkit/idem/echov5idem"
 	"github.com/idemkit/idem/fiberidem"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/internal/pgstoretest"
@@ -118,6 +120,26 @@ func serveEcho(t *testing.T, eng *core.Engine, a *app) server {
 	return server{"echo", srv.URL}
 }
 
+func serveEchoV5(t *testing.T, eng *core.Engine, a *app) server {
+	mw, err := echov5idem.New(eng, echov5idem.WithScope(func(c *echov5.Context) (string, error) { return c.Request().Header.Get(userHeader), nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(c *echov5.Context) error {
+		_, _ = io.ReadAll(c.Request().Body)
+		status, ct, loc, body := a.answer("echov5", c.Request().URL.Path, c.Request().Header.Get("X-Block") != "")
+		c.Response().Header().Set("Location", loc)
+		return c.Blob(status, ct, body)
+	}
+	e := echov5.New()
+	e.Use(mw) // globally, as echo teaches: unknown routes pass through
+	e.POST("/v1/payments", h)
+	e.POST("/v1/orders/:id/confirm", h)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return server{"echov5", srv.URL}
+}
+
 func serveFiber(t *testing.T, eng *core.Engine, a *app) server {
 	mw, err := fiberidem.New(eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) { return c.Get(userHeader), nil }))
 	if err != nil {
@@ -195,14 +217,17 @@ func sameAnswer(t *testing.T, what string, first, replay result) {
 	}
 }
 
-// TestFleet: the four adapters, each with its own engine as separate
+// adapters start one instance of each adapter, in the fleet tests.
+var adapters = []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveEchoV5, serveFiber}
+
+// TestFleet: the five adapters (echo v4 and v5 apart), each with its own engine as separate
 // instances would have, on one PostgreSQL schema, serving a static route
 // and one with a path parameter, registered in each framework's syntax.
 func TestFleet(t *testing.T) {
 	store, _ := pgstoretest.Store(t)
-	a := &app{entered: make(chan string, 4), release: make(chan struct{})}
+	a := &app{entered: make(chan string, len(adapters)), release: make(chan struct{})}
 	var servers []server
-	for _, serve := range []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveFiber} {
+	for _, serve := range adapters {
 		eng, err := core.New(store, core.WithLease(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
