@@ -21,9 +21,9 @@
 // framework's chain with a capture, write a response, call the user's
 // error handler) and call Engine.Serve, which owns the whole flow: Decide,
 // the handler on the lease's context, panic -> Abort + 500, Commit, the
-// answer to a failed commit. Every policy lives here too: outcomes carry a machine-readable
-// problem name (Decision.Problem, LookupProblem), observer events have typed
-// kinds (EventKind), and routes are recorded in canonical form
+// answer to a failed commit. Every policy lives here too: outcomes carry a
+// machine-readable problem name (Decision.Problem, LookupProblem), observer
+// events have typed kinds (EventKind), and routes are recorded in canonical form
 // (CanonicalRoute), so a fleet mixing frameworks shares records.
 //
 // Tenancy fails closed: a request that names no scope is refused (401,
