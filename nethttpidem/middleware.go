@@ -64,11 +64,18 @@ func WithSkip(f func(*http.Request) bool) Option {
 // the mux will route to; else r.URL.Path, which observers are not told
 // (core.Request.RouteIsPath).
 //
-// Mounted on a chi router with r.Use, before chi routes, ask the router:
+// Mounted on a chi router with r.Use, before chi routes, ask the router
+// (and skip the requests it has no route for, which chi answers 404 or
+// 405):
 //
-//	nethttpidem.WithRoute(func(r *http.Request) string {
+//	find := func(r *http.Request) string {
 //		return router.Find(chi.NewRouteContext(), r.Method, r.URL.Path)
-//	})
+//	}
+//	mw, err := nethttpidem.New(eng, nethttpidem.WithScope(scope),
+//		nethttpidem.WithRoute(find),
+//		nethttpidem.WithSkip(func(r *http.Request) bool { return find(r) == "" }))
+//	...
+//	router.Use(mw)
 func WithRoute(f func(*http.Request) string) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
@@ -166,7 +173,8 @@ func noRoute() bool { return true }
 //     these after routing. Not with r.Use on a router or inside r.Route:
 //     that middleware runs before the router routes (r.Pattern is empty,
 //     or the mount pattern "/v1/*" of a sub-router); there, give the
-//     route with WithRoute and chi's Router.Find.
+//     route with WithRoute and chi's Router.Find, and pass what it does not
+//     find through with WithSkip on the same lookup.
 //
 // Around any other handler that routes, the middleware cannot know whether
 // a route matches: it protects every request it sees, under the path as
