@@ -1,5 +1,6 @@
 module github.com/idemkit/idem/tests/routers
 
+// chi v5.5.0 needs go 1.24; the root module's go line is the floor here.
 go 1.26.0
 
 require (
