@@ -62,14 +62,18 @@ var chiAdapter = idemtest.Adapter{
 	},
 }
 
-// TestChiConformance runs the adapter suite through chi on memstore and
-// PostgreSQL.
+// TestChiConformance runs the adapter suite through chi on memstore,
+// PostgreSQL and MariaDB.
 func TestChiConformance(t *testing.T) {
 	t.Run("memstore", func(t *testing.T) {
 		idemtest.Run(t, chiAdapter, func(*testing.T) core.Store { return memstore.New() })
 	})
 	t.Run("postgres", func(t *testing.T) {
 		store := postgresStore(t)
+		idemtest.Run(t, chiAdapter, func(*testing.T) core.Store { return store })
+	})
+	t.Run("mysql", func(t *testing.T) {
+		store := mysqlStore(t)
 		idemtest.Run(t, chiAdapter, func(*testing.T) core.Store { return store })
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/mysqlstoretest"
 	"github.com/idemkit/idem/internal/pgstoretest"
 )
 
@@ -12,4 +13,10 @@ import (
 func postgresStore(t *testing.T) core.Store {
 	store, _ := pgstoretest.Store(t)
 	return store
+}
+
+// mysqlStore is mysqlstore in a fresh database (fails, never skips, when
+// MariaDB is unreachable).
+func mysqlStore(t *testing.T) core.Store {
+	return mysqlstoretest.Store(t)
 }
