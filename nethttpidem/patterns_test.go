@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
 )
@@ -166,4 +167,27 @@ func TestWithRouteEmptyIsThePath(t *testing.T) {
 	if err != nil || rec.Route != "/a/1" {
 		t.Errorf("recorded route %q (%v), want the path /a/1", rec.Route, err)
 	}
+}
+
+// wrappedMuxAdapter is the suite's adapter with the middleware around the
+// whole ServeMux (http.ListenAndServe(addr, mw(mux))), the other mounting
+// New documents: the route comes from ServeMux.Handler.
+var wrappedMuxAdapter = idemtest.Adapter{
+	Name:            "nethttp-wrapped-mux",
+	NoHandlerErrors: true,
+	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
+		mw, err := nethttpidem.New(eng, suiteOptions(cfg)...)
+		if err != nil {
+			return "", err
+		}
+		mux := http.NewServeMux()
+		for _, rt := range routes {
+			mux.Handle(rt.Method+" "+rt.Path, rt.Handler)
+		}
+		return startSuiteServer(t, mw(mux), cfg), nil
+	},
+}
+
+func TestConformanceWrappedMux(t *testing.T) {
+	idemtest.Run(t, wrappedMuxAdapter, newMemstore)
 }
