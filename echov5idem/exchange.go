@@ -2,6 +2,7 @@ package echov5idem
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
@@ -17,17 +18,6 @@ type exchange struct {
 	rec     *core.Recorder // Proceed only
 }
 
-// response is the *echo.Response under c.Response() (outer middleware may
-// have wrapped it), or nil when a middleware installed a writer that does
-// not unwrap to one.
-func (x *exchange) response() *echo.Response {
-	res, err := echo.UnwrapResponse(x.c.Response())
-	if err != nil {
-		return nil
-	}
-	return res
-}
-
 func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	c := x.c
 	if d == nil {
@@ -35,24 +25,24 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	}
 	r := c.Request()
 	d.RestoreBody(r)
-	if res := x.response(); res != nil {
-		// Capture under echo.Response, which keeps tracking Status, Size
-		// and Committed, so the error handler does not render over a
-		// response the handler wrote.
-		orig := res.ResponseWriter
-		x.rec = core.NewRecorder(orig, d.MaxResponseBytes())
-		res.ResponseWriter = x.rec
-		defer func() { res.ResponseWriter = orig }()
-	} else {
-		w := c.Response()
-		x.rec = core.NewRecorder(w, d.MaxResponseBytes())
-		c.SetResponse(x.rec)
-		defer c.SetResponse(w)
-	}
+	// The capture sits right under the handler, above whatever outer
+	// middleware installed as c.Response() (Gzip finishes its stream only
+	// after the chain returns, so below it the capture would hold a cut
+	// stream): what is stored is what the handler wrote, and replays go
+	// out through the outer writers like any response. The handler sees a
+	// fresh *echo.Response over the capture, so Committed, Status and Size
+	// describe its own writes and the error handler does not render over
+	// a response it wrote.
+	orig := c.Response()
+	x.rec = core.NewRecorder(orig, d.MaxResponseBytes())
+	c.SetResponse(echo.NewResponse(x.rec, logger(c)))
 	c.SetRequest(r.WithContext(ctx))
-	// Outer middleware gets the request whose context is not the (soon
-	// cancelled) lease context.
-	defer c.SetRequest(r)
+	defer func() {
+		// Outer middleware gets its writer back, and the request whose
+		// context is not the (soon cancelled) lease context.
+		c.SetResponse(orig)
+		c.SetRequest(r)
+	}()
 	herr := x.next(c)
 	if herr != nil {
 		// Render the error now, into the capture: what is stored is what
@@ -60,6 +50,14 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 		renderError(c, herr)
 	}
 	return herr
+}
+
+// logger is what echo.Response logs a superfluous WriteHeader to.
+func logger(c *echo.Context) *slog.Logger {
+	if c.Echo() == nil {
+		return slog.Default() // a context made without an Echo
+	}
+	return c.Logger()
 }
 
 // renderError renders err as Echo would after the handler chain: with the
@@ -75,39 +73,19 @@ func renderError(c *echo.Context, err error) {
 
 func (x *exchange) Captured() core.Response { return x.rec.Result() }
 
-func (x *exchange) Send() error {
-	res := x.response()
-	if x.rec.Streaming() {
-		// Already out (flushed, hijacked or too large); echo.Response saw
-		// the writes, except a flush before any of them.
-		if res != nil && !res.Committed {
-			sent(res, x.rec.Status(), int(res.Size))
-		}
-		return nil
-	}
-	result := x.rec.Result()
-	err := x.rec.Send()
-	if res != nil {
-		sent(res, result.Status, len(result.Body))
-	}
-	return err
-}
+// Send writes the captured response out through c.Response(), which
+// tracks it as for any response; one that streamed is already out.
+func (x *exchange) Send() error { return x.rec.Send() }
 
-// Discard makes echo's writer pristine again: the handler's writes went
-// into the capture, which is dropped.
-func (x *exchange) Discard() bool {
-	if x.rec != nil && x.rec.Streaming() {
-		return false
-	}
-	if res := x.response(); res != nil {
-		res.Committed = false
-		res.Status = http.StatusOK
-		res.Size = 0
-	}
-	return true
-}
+// Discard reports whether nothing of the handler's response went out: it
+// was only captured, and the capture is dropped.
+func (x *exchange) Discard() bool { return x.rec == nil || !x.rec.Streaming() }
 
 func (x *exchange) Write(resp *core.Response) error {
+	if x.rec != nil {
+		_, err := x.rec.SendInstead(resp)
+		return err
+	}
 	return core.WriteResponse(x.c.Response(), resp)
 }
 
@@ -115,19 +93,31 @@ func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
 	if x.onError == nil {
 		return false, nil
 	}
+	orig := x.c.Response()
+	tw := &trackingWriter{ResponseWriter: orig}
+	x.c.SetResponse(tw)
 	rerr := x.onError(x.c, err, fallback)
-	res := x.response()
-	return rerr != nil || res != nil && res.Committed, rerr
+	x.c.SetResponse(orig)
+	return rerr != nil || tw.wrote, rerr
 }
 
-// sent makes echo.Response describe a response written past it (straight
-// to its underlying writer), so that outer middleware and the error
-// handler see it as committed with the right status and size.
-func sent(res *echo.Response, status, size int) {
-	if status == 0 {
-		status = http.StatusOK
-	}
-	res.Status = status
-	res.Size = int64(size)
-	res.Committed = true
+// trackingWriter tells whether an error handler wrote anything (a writer
+// such as Gzip's may hold the status back, so echo.Response cannot tell).
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
 }
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(p)
+}
+
+// Unwrap returns the wrapped writer (echo.UnwrapResponse,
+// http.ResponseController).
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
