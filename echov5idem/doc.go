@@ -41,11 +41,14 @@
 //
 // How it fits Echo:
 //
-//   - The handler's response is buffered by a core.Recorder installed
-//     under *echo.Response (its ResponseWriter), so the outcome is recorded
-//     before the client sees it. echo.Response keeps tracking Status, Size
-//     and Committed as usual; after the middleware returns they describe
-//     what was actually sent.
+//   - The handler's response is buffered by a core.Recorder, so the
+//     outcome is recorded before the client sees it. The capture sits
+//     right under the handler, above the writers outer middleware
+//     installed (Gzip, BodyDump): what is stored is what the handler wrote,
+//     and the first response and its replays go out through those writers
+//     alike. The handler writes to a *echo.Response of its own over the
+//     capture (its Committed tells the error handler what it wrote); the
+//     app's *echo.Response sees the response when it is sent.
 //   - An error returned by the handler is rendered by the app's
 //     HTTPErrorHandler while the response is still being captured, so the
 //     stored response is exactly what the client saw; the middleware then
