@@ -16,14 +16,14 @@
 // that takes the key over resumes after it instead of repeating the effect.
 // Stores offer it as an optional capability, StepStore.
 //
-// Adapters (nethttpidem, ginidem, echoidem, fiberidem) only translate: they
-// build a Request and an Exchange (how to run the framework's chain with a
-// capture, write a response, call the user's error handler) and call
-// Engine.Serve, which owns the whole flow: Decide, the handler on the
-// lease's context, panic -> Abort + 500, Commit, the answer to a failed
-// commit. Every policy lives here too: outcomes carry a machine-readable
-// problem name (Decision.Problem, LookupProblem), observer events have typed
-// kinds (EventKind), and routes are recorded in canonical form
+// Adapters (nethttpidem, ginidem, echoidem, echov5idem, fiberidem) only
+// translate: they build a Request and an Exchange (how to run the
+// framework's chain with a capture, write a response, call the user's
+// error handler) and call Engine.Serve, which owns the whole flow: Decide,
+// the handler on the lease's context, panic -> Abort + 500, Commit, the
+// answer to a failed commit. Every policy lives here too: outcomes carry a
+// machine-readable problem name (Decision.Problem, LookupProblem), observer
+// events have typed kinds (EventKind), and routes are recorded in canonical form
 // (CanonicalRoute), so a fleet mixing frameworks shares records.
 //
 // Tenancy fails closed: a request that names no scope is refused (401,

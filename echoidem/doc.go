@@ -13,7 +13,8 @@
 // Register the middleware with Echo#Use, Group#Use or per route, never with
 // Echo#Pre: the route template from c.Path() is part of the request
 // fingerprint, and Pre middleware runs before the router sets it (the
-// request path is used then).
+// request path is used then; the router is still asked whether a route
+// serves the request, so nothing goes unprotected).
 //
 // Registered with Echo#Use or Group#Use, the middleware also runs for
 // requests no route serves (echo's 404 and 405, a RouteNotFound handler):

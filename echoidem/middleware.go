@@ -123,24 +123,31 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 // runs the middleware of e.Use (and of Group.Use, through the group's
 // catch-all RouteNotFound routes) around its NotFoundHandler,
 // MethodNotAllowedHandler or a RouteNotFound handler, with c.Path() the
-// nearest registered path, or "". Asked only for requests idem protects:
-// it walks the router's routes.
+// nearest registered path, or "". Under Echo#Pre the router has not run
+// and c.Path() is "" as for a miss: the router is asked on a scratch
+// context then. Asked only for requests idem protects: it walks the
+// router's routes.
 func routed(c echo.Context) bool {
-	path := c.Path()
-	if path == "" {
-		return false
-	}
 	e := c.Echo()
 	if e == nil {
-		return true // a context made without an Echo: no router to ask
+		return c.Path() != "" // a context made without an Echo: no router to ask
 	}
+	r := c.Request()
 	router := e.Router()
-	if hr, ok := e.Routers()[c.Request().Host]; ok {
+	if hr, ok := e.Routers()[r.Host]; ok {
 		router = hr
 	}
-	method := c.Request().Method
+	path := c.Path()
+	if path == "" {
+		// Not routed yet (Echo#Pre), or nothing matched: find out.
+		scratch := e.NewContext(r, nil)
+		router.Find(r.Method, echo.GetPath(r), scratch)
+		if path = scratch.Path(); path == "" {
+			return false
+		}
+	}
 	for _, rt := range router.Routes() {
-		if rt.Method == method && rt.Path == path {
+		if rt.Method == r.Method && rt.Path == path {
 			return true
 		}
 	}

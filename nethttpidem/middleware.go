@@ -56,11 +56,26 @@ func WithSkip(f func(*http.Request) bool) Option {
 }
 
 // WithRoute sets how the route template is found; it is part of the
-// fingerprint, in canonical form (core.CanonicalRoute). With chi, use
-// chi.RouteContext(r.Context()).RoutePattern(). Default: r.Pattern (set by
-// http.ServeMux for handlers it routed to; its method prefix is dropped),
-// or, around a whole *http.ServeMux, the pattern the mux will route to;
-// else r.URL.Path, which observers are not told (core.Request.RouteIsPath).
+// fingerprint, in canonical form (core.CanonicalRoute). An empty result
+// means no route is known: the path is used, as without a pattern.
+// Default: r.Pattern, set by the router that routed the request before the
+// middleware ran (http.ServeMux, whose method and host prefix are dropped;
+// chi on a route, see New), or, around a whole *http.ServeMux, the pattern
+// the mux will route to; else r.URL.Path, which observers are not told
+// (core.Request.RouteIsPath).
+//
+// Mounted on a chi router with r.Use, before chi routes, ask the router
+// (and skip the requests it has no route for, which chi answers 404 or
+// 405):
+//
+//	find := func(r *http.Request) string {
+//		return router.Find(chi.NewRouteContext(), r.Method, r.URL.Path)
+//	}
+//	mw, err := nethttpidem.New(eng, nethttpidem.WithScope(scope),
+//		nethttpidem.WithRoute(find),
+//		nethttpidem.WithSkip(func(r *http.Request) bool { return find(r) == "" }))
+//	...
+//	router.Use(mw)
 func WithRoute(f func(*http.Request) string) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
@@ -79,13 +94,48 @@ func WithErrorHandler(h ErrorHandler) Option {
 	})
 }
 
-// defaultRoute is ServeMux's pattern, whose ':' and '*' are literal
-// characters (escaped for core.CanonicalRoute), else the path.
+// defaultRoute is the pattern of the router that routed r (r.Pattern:
+// ServeMux, chi), escaped for core.CanonicalRoute, else the path.
 func defaultRoute(r *http.Request) string {
 	if r.Pattern != "" {
-		return muxEscaper.Replace(r.Pattern)
+		return routerPattern(r.Pattern)
 	}
 	return r.URL.Path
+}
+
+// routerPattern escapes a router's pattern for core.CanonicalRoute, which
+// reads ':' and '*' as parameters (gin, echo, fiber): in a ServeMux
+// pattern both are literal characters, and so is chi's ':' outside
+// braces. chi, which sets r.Pattern to its own pattern once it has routed
+// (v5.2 and later), has two spellings ServeMux does not: "{name:regexp}"
+// (ServeMux wildcard names hold no ':') and a catch-all "*" ending a
+// pattern that starts with '/'. Both are kept, so a chi route is recorded
+// as every adapter records it. A ServeMux pattern without a method ending
+// in a literal "/*" segment is read as chi's catch-all too; it still
+// records one route per pattern.
+func routerPattern(p string) string {
+	if !strings.ContainsAny(p, `\:*`) {
+		return p
+	}
+	chiStar := strings.HasPrefix(p, "/") && strings.HasSuffix(p, "/*")
+	var b strings.Builder
+	b.Grow(len(p) + 4)
+	depth := 0
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '{':
+			depth++
+		case c == '}' && depth > 0:
+			depth--
+		case depth > 0:
+			// Inside a wildcard: a chi regexp, kept as written.
+		case c == '\\', c == ':', c == '*' && !(chiStar && i == len(p)-1):
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // redirectType is the type of ServeMux's own redirects (/tree to /tree/,
@@ -106,26 +156,30 @@ func muxRoute(mux *http.ServeMux, r *http.Request) (pattern string, ok bool) {
 // noRoute is core.Request.NoRoute for a request known to match nothing.
 func noRoute() bool { return true }
 
-var muxEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`, `*`, `\*`)
-
-// New returns net/http middleware (chi-compatible) that runs next at most
-// once per (scope, key). Mount it one of two ways:
+// New returns net/http middleware that runs next at most once per (scope,
+// key). Mount it where the router has already chosen the route, so that
+// the route template, not the path, is recorded and fingerprinted (a fleet
+// mixing frameworks then agrees on every record) and requests no route
+// serves never reach it:
 //
-//   - around the handlers themselves (mux.Handle("POST /v1/payments",
-//     mw(h))), so r.Pattern gives the route and requests no pattern
-//     matches never reach it;
-//   - around a whole *http.ServeMux (http.ListenAndServe(addr, mw(mux))):
-//     the middleware asks the mux (ServeMux.Handler) which pattern will
-//     serve the request; a request none matches gets the mux's own 404,
-//     405 or redirect, untouched (no key required, nothing recorded).
+//   - http.ServeMux: around the handlers themselves (mux.Handle("POST
+//     /v1/payments/{id}", mw(h))): r.Pattern gives the route. Or around the
+//     whole mux (http.ListenAndServe(addr, mw(mux))): the middleware asks
+//     the mux (ServeMux.Handler) which pattern will serve the request; a
+//     request none matches gets the mux's own 404, 405 or redirect,
+//     untouched (no key required, nothing recorded).
+//   - chi: on the routes, r.With(mw).Post("/v1/payments/{id}", h), or with
+//     r.Use inside r.Group: chi sets r.Pattern once it has routed, and runs
+//     these after routing. Not with r.Use on a router or inside r.Route:
+//     that middleware runs before the router routes (r.Pattern is empty,
+//     or the mount pattern "/v1/*" of a sub-router); there, give the
+//     route with WithRoute and chi's Router.Find, and pass what it does not
+//     find through with WithSkip on the same lookup.
 //
-// Around any other handler that routes (chi's router, a handler chain
-// ending in a mux), the middleware cannot know whether a route matches: it
-// protects every request it sees, under the path as its route, so a POST
-// to a path nothing serves answers 400 without a key and records one with
-// it. Mount it inside the router there (chi: r.With(mw).Post(...) or
-// r.Use inside a r.Route/r.Group, with WithRoute giving the pattern), or
-// skip unknown paths with WithSkip.
+// Around any other handler that routes, the middleware cannot know whether
+// a route matches: it protects every request it sees, under the path as
+// its route, so a POST to a path nothing serves answers 400 without a key
+// and records one with it; skip unknown paths with WithSkip.
 //
 // It fails without a scope (WithScope, or core.WithScope on the engine)
 // unless the engine opted into core.WithSharedKeySpace, and with a nil
@@ -160,12 +214,15 @@ func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, err
 				if cfg.route != nil {
 					req.Route = cfg.route(r)
 				} else if ok {
-					req.Route = muxEscaper.Replace(pattern)
-				} else {
+					req.Route = routerPattern(pattern)
+				}
+				if req.Route == "" {
 					req.Route, req.RouteIsPath = r.URL.Path, true
 				}
 			case cfg.route != nil:
-				req.Route = cfg.route(r)
+				if req.Route = cfg.route(r); req.Route == "" {
+					req.Route, req.RouteIsPath = r.URL.Path, true // no route found
+				}
 			default:
 				// No pattern: the middleware wraps a handler that routes
 				// after it (not a ServeMux); the route is the path.

@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/idemkit/idem => ..
 	github.com/idemkit/idem/echoidem => ../echoidem
+	github.com/idemkit/idem/echov5idem => ../echov5idem
 	github.com/idemkit/idem/fiberidem => ../fiberidem
 	github.com/idemkit/idem/ginidem => ../ginidem
 	github.com/idemkit/idem/mysqlstore => ../mysqlstore
@@ -14,16 +15,19 @@ replace (
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/gin-gonic/gin v1.12.0
+	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-sql-driver/mysql v1.10.2
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/echoidem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/echov5idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/fiberidem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/ginidem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/mysqlstore v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/pgstore v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/labstack/echo/v4 v4.16.5
+	github.com/labstack/echo/v5 v5.4.6
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.51.0
 	go.uber.org/goleak v1.3.0

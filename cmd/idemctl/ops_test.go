@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/mysqlstore"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
 // TestStuckFail: with -fail, stuck exits 5 while a record is stuck past

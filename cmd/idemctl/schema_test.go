@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
 	"github.com/idemkit/idem/mysqlstore"
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // schemaSQL runs `idemctl schema args...` and returns what it printed.

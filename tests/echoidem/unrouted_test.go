@@ -70,3 +70,54 @@ func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestPreMiddlewareProtectsByPath: under e.Pre the router has not run, so
+// c.Path() is empty as for a path nothing serves; the middleware asks the
+// router, protects a request a route will serve (under its path, as the
+// package documentation says) and still lets a miss through to echo's 404.
+// The old code let every request under Pre through unprotected.
+func TestPreMiddlewareProtectsByPath(t *testing.T) {
+	store := memstore.New()
+	eng, err := core.New(store, core.WithSharedKeySpace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.Pre(mw(eng))
+	runs := 0
+	e.POST("/v1/orders/:id", func(c echo.Context) error {
+		runs++
+		return c.String(http.StatusCreated, "ok")
+	})
+	send := func(path, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		return w
+	}
+	if w := send("/v1/orders/1", ""); w.Code != http.StatusBadRequest {
+		t.Errorf("without a key under Pre: %d %q, want 400", w.Code, w.Body.String())
+	}
+	for i := range 2 {
+		w := send("/v1/orders/1", "k-pre")
+		if w.Code != http.StatusCreated || (w.Header().Get(core.ReplayedHeader) == "true") != (i == 1) {
+			t.Errorf("request %d under Pre: %d replayed=%q", i, w.Code, w.Header().Get(core.ReplayedHeader))
+		}
+	}
+	if runs != 1 {
+		t.Errorf("handler ran %d times, want 1", runs)
+	}
+	rec, err := store.Get(t.Context(), "", "k-pre")
+	if err != nil || rec.Route != "/v1/orders/1" {
+		t.Errorf("record route %q (%v), want the path /v1/orders/1", rec.Route, err)
+	}
+	if w := send("/nope", "k-nope"); w.Code != http.StatusNotFound {
+		t.Errorf("unknown path under Pre: %d %q, want echo's 404", w.Code, w.Body.String())
+	}
+	if n := store.Len(); n != 1 {
+		t.Errorf("%d records, want 1", n)
+	}
+}

@@ -18,9 +18,9 @@ import (
 // and the record is the same whichever adapter wrote it.
 func TestFleetCompressedBody(t *testing.T) {
 	store, _ := pgstores.Store(t)
-	a := &app{entered: make(chan string, 4), release: make(chan struct{})}
+	a := &app{entered: make(chan string, len(adapters)), release: make(chan struct{})}
 	var servers []server
-	for _, serve := range []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveFiber} {
+	for _, serve := range adapters {
 		eng, err := core.New(store, core.WithLease(10*time.Second))
 		if err != nil {
 			t.Fatal(err)

@@ -16,9 +16,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gofiber/fiber/v2"
 	"github.com/labstack/echo/v4"
+	echov5 "github.com/labstack/echo/v5"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/echoidem"
+	"github.com/idemkit/idem/echov5idem"
 	"github.com/idemkit/idem/fiberidem"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/nethttpidem"
@@ -73,6 +75,7 @@ func serveNetHTTP(t *testing.T, eng *core.Engine, a *app) server {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw(h))
 	mux.Handle("POST /v1/orders/{id}/confirm", mw(h))
+	mux.Handle("POST /v1/files/{path...}", mw(h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return server{"nethttp", srv.URL}
@@ -93,6 +96,7 @@ func serveGin(t *testing.T, eng *core.Engine, a *app) server {
 	r := gin.New()
 	r.POST("/v1/payments", mw, h)
 	r.POST("/v1/orders/:id/confirm", mw, h)
+	r.POST("/v1/files/*path", mw, h)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return server{"gin", srv.URL}
@@ -113,9 +117,31 @@ func serveEcho(t *testing.T, eng *core.Engine, a *app) server {
 	e.HideBanner, e.HidePort = true, true
 	e.POST("/v1/payments", h, mw)
 	e.POST("/v1/orders/:id/confirm", h, mw)
+	e.POST("/v1/files/*", h, mw)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return server{"echo", srv.URL}
+}
+
+func serveEchoV5(t *testing.T, eng *core.Engine, a *app) server {
+	mw, err := echov5idem.New(eng, echov5idem.WithScope(func(c *echov5.Context) (string, error) { return c.Request().Header.Get(userHeader), nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(c *echov5.Context) error {
+		_, _ = io.ReadAll(c.Request().Body)
+		status, ct, loc, body := a.answer("echov5", c.Request().URL.Path, c.Request().Header.Get("X-Block") != "")
+		c.Response().Header().Set("Location", loc)
+		return c.Blob(status, ct, body)
+	}
+	e := echov5.New()
+	e.Use(mw) // globally, as echo teaches: unknown routes pass through
+	e.POST("/v1/payments", h)
+	e.POST("/v1/orders/:id/confirm", h)
+	e.POST("/v1/files/*", h)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return server{"echov5", srv.URL}
 }
 
 func serveFiber(t *testing.T, eng *core.Engine, a *app) server {
@@ -132,6 +158,7 @@ func serveFiber(t *testing.T, eng *core.Engine, a *app) server {
 	f := fiber.New(fiber.Config{DisableStartupMessage: true, ReadTimeout: 5 * time.Second})
 	f.Post("/v1/payments", mw, h)
 	f.Post("/v1/orders/:id/confirm", mw, h)
+	f.Post("/v1/files/*", mw, h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -195,14 +222,18 @@ func sameAnswer(t *testing.T, what string, first, replay result) {
 	}
 }
 
-// TestFleet: the four adapters, each with its own engine as separate
-// instances would have, on one PostgreSQL schema, serving a static route
-// and one with a path parameter, registered in each framework's syntax.
+// adapters start one instance of each adapter, in the fleet tests.
+var adapters = []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveEchoV5, serveFiber}
+
+// TestFleet: the five adapters (echo v4 and v5 apart), each with its own
+// engine as separate instances would have, on one PostgreSQL schema,
+// serving a static route, one with a path parameter and a catch-all,
+// registered in each framework's syntax.
 func TestFleet(t *testing.T) {
 	store, _ := pgstores.Store(t)
-	a := &app{entered: make(chan string, 4), release: make(chan struct{})}
+	a := &app{entered: make(chan string, len(adapters)), release: make(chan struct{})}
 	var servers []server
-	for _, serve := range []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveFiber} {
+	for _, serve := range adapters {
 		eng, err := core.New(store, core.WithLease(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -212,7 +243,7 @@ func TestFleet(t *testing.T) {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
-	paths := []string{"/v1/payments", "/v1/orders/42/confirm"}
+	paths := []string{"/v1/payments", "/v1/orders/42/confirm", "/v1/files/a/b.txt"}
 	const body = `{"amount":1000,"currency":"JPY"}`
 
 	// A key first served by each adapter replays through each of the others.
