@@ -364,7 +364,7 @@ func takeoverFences(t *testing.T, s core.Store) {
 }
 
 func steps(t *testing.T, s core.Store) {
-	if !core.StepsSupported(s) {
+	if _, ok := core.StoreAs[core.StepStore](s); !ok {
 		t.Skip("store keeps no steps")
 	}
 	e := engine(t, s)
