@@ -49,8 +49,9 @@ func Processes(t *testing.T, open NewStore, env ...string) {
 	t.Run("TakeoverAfterSIGKILL", func(t *testing.T) { takeoverAfterKill(t, s, env) })
 }
 
-// spawn starts the test binary as a child playing role.
-func spawn(t *testing.T, top, role, effects string, env []string) (*exec.Cmd, io.Reader) {
+// spawn starts the test binary as a child playing role; closing its
+// stdin starts a "dup" child's calls.
+func spawn(t *testing.T, top, role, effects string, env []string) (*exec.Cmd, io.Reader, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+top+"$", "-test.count=1", "-test.timeout=120s")
 	cmd.Env = append(append(os.Environ(), env...), envRole+"="+role, envFile+"="+effects)
@@ -59,10 +60,14 @@ func spawn(t *testing.T, top, role, effects string, env []string) (*exec.Cmd, io
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start child: %v", err)
 	}
-	return cmd, out
+	return cmd, out, in
 }
 
 func topName(t *testing.T) string { return strings.SplitN(t.Name(), "/", 2)[0] }
@@ -70,24 +75,39 @@ func topName(t *testing.T) string { return strings.SplitN(t.Name(), "/", 2)[0] }
 func duplicatesAcrossProcesses(t *testing.T, env []string) {
 	effects := t.TempDir() + "/effects"
 	type child struct {
-		cmd  *exec.Cmd
-		out  []string
-		done chan struct{}
+		cmd   *exec.Cmd
+		start io.WriteCloser
+		out   []string
+		ready chan struct{}
+		done  chan struct{}
 	}
 	var children []*child
 	for range procs {
-		cmd, out := spawn(t, topName(t), "dup", effects, env)
-		c := &child{cmd: cmd, done: make(chan struct{})}
+		cmd, out, in := spawn(t, topName(t), "dup", effects, env)
+		c := &child{cmd: cmd, start: in, ready: make(chan struct{}), done: make(chan struct{})}
 		go func() {
 			defer close(c.done)
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
-				if line, ok := strings.CutPrefix(sc.Text(), outPrefix); ok {
+				if sc.Text() == outPrefix+"ready" {
+					close(c.ready)
+				} else if line, ok := strings.CutPrefix(sc.Text(), outPrefix); ok {
 					c.out = append(c.out, line)
 				}
 			}
 		}()
 		children = append(children, c)
+	}
+	// Every child has its store open before any calls: their calls overlap.
+	for i, c := range children {
+		select {
+		case <-c.ready:
+		case <-c.done:
+			t.Fatalf("child %d ended before it was ready", i)
+		}
+	}
+	for _, c := range children {
+		_ = c.start.Close()
 	}
 	results := map[string]map[string]int{}
 	for i, c := range children {
@@ -124,7 +144,7 @@ func duplicatesAcrossProcesses(t *testing.T, env []string) {
 
 func takeoverAfterKill(t *testing.T, s core.Store, env []string) {
 	effects := t.TempDir() + "/effects"
-	cmd, out := spawn(t, topName(t), "owner", effects, env)
+	cmd, out, _ := spawn(t, topName(t), "owner", effects, env)
 	started := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -171,6 +191,8 @@ func child(t *testing.T, role string, s core.Store, effects string) {
 	switch role {
 	case "dup":
 		e := engine(t, s, core.WithWait(60*time.Second))
+		fmt.Printf("%sready\n", outPrefix)
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it: all children start together
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for k := range procKeys {
