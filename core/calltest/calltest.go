@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("TakeoverFencesOldOwner", func(t *testing.T) { takeoverFences(t, newStore(t)) })
 	t.Run("Steps", func(t *testing.T) { steps(t, newStore(t)) })
 	t.Run("Nested", func(t *testing.T) { nested(t, newStore(t)) })
+	t.Run("Limits", func(t *testing.T) { limits(t, newStore(t)) })
 }
 
 const scope = "tenant-a"
@@ -414,5 +415,31 @@ func nested(t *testing.T, s core.Store) {
 	}
 	if rec, err := s.Get(ctx(t), scope, "inner"); err != nil || rec.Status != core.StatusCompleted {
 		t.Fatalf("inner record: %+v, %v; want its own completed record", rec, err)
+	}
+}
+
+func limits(t *testing.T, s core.Store) {
+	e := engine(t, s, core.WithMaxRequestBytes(8), core.WithMaxResponseBytes(4))
+	never := func(context.Context) ([]byte, error) {
+		t.Errorf("fn ran for a refused call")
+		return nil, nil
+	}
+	var ce *core.CallError
+	if _, err := e.Call(ctx(t), req("big-in", "123456789"), never); !errors.As(err, &ce) || ce.Problem != core.ProblemBodyTooLarge {
+		t.Errorf("input over the limit: %v; want CallError %s", err, core.ProblemBodyTooLarge)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Call(canceled, req("gone", "1"), never); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled context: %v; want context.Canceled", err)
+	}
+	// A result too large to keep: the first caller gets it, a retry is
+	// told it completed (and fn does not run again).
+	r, err := e.Call(ctx(t), req("big-out", "1"), func(context.Context) ([]byte, error) { return []byte("0123456789"), nil })
+	if err != nil || string(r.Value) != "0123456789" {
+		t.Fatalf("large result = %+v, %v; want it returned", r, err)
+	}
+	if _, err := e.Call(ctx(t), req("big-out", "1"), never); !errors.Is(err, core.ErrNotRetained) {
+		t.Errorf("retry of a call whose result was not kept: %v; want ErrNotRetained", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,6 +34,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Refusals", func(t *testing.T) { refusals(t, newStore(t)) })
 	t.Run("HandlerErrorReleases", func(t *testing.T) { handlerError(t, newStore(t)) })
 	t.Run("ClientKeyAcrossRetries", func(t *testing.T) { clientRetries(t, newStore(t)) })
+	t.Run("HandlerPanic", func(t *testing.T) { handlerPanic(t, newStore(t)) })
 }
 
 // server runs the test service behind the interceptor on e; charge counts
@@ -309,5 +311,26 @@ func clientRetries(t *testing.T, st core.Store) {
 	}
 	if k := <-s.keys; k != "mine" || made.Load() != 1 {
 		t.Fatalf("caller's key replaced by %q", k)
+	}
+}
+
+// handlerPanic: a panicking handler answers Internal (without the panic
+// value) and releases the key.
+func handlerPanic(t *testing.T, st core.Store) {
+	var calls atomic.Int32
+	s := start(t, engine(t, st), func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		if calls.Add(1) == 1 {
+			panic("secret panic value")
+		}
+		return wrapperspb.String("ok " + in.GetValue()), nil
+	})
+	cc := Dial(t, s.addr)
+	var out wrapperspb.StringValue
+	err := cc.Invoke(withKey(tctx(t), "p"), Charge, wrapperspb.String("1"), &out)
+	if status.Code(err) != codes.Internal || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("panicking handler: %v; want Internal without the panic value", err)
+	}
+	if err := cc.Invoke(withKey(tctx(t), "p"), Charge, wrapperspb.String("1"), &out); err != nil || out.GetValue() != "ok 1" {
+		t.Fatalf("retry after a panic: %q, %v; want a fresh run", out.GetValue(), err)
 	}
 }
