@@ -21,8 +21,10 @@ import (
 	"github.com/idemkit/idem/grpcidem"
 	"github.com/idemkit/idem/grpcidem/grpcidemtest"
 	"github.com/idemkit/idem/internal/mysqlstoretest"
+	"github.com/idemkit/idem/internal/mytest"
 	"github.com/idemkit/idem/internal/pgstoretest"
 	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -37,41 +39,139 @@ func TestConformanceMariaDB(t *testing.T) {
 	grpcidemtest.Run(t, func(tb testing.TB) core.Store { return mysqlstoretest.Store(tb) })
 }
 
-// Environment of a server child of TestCrashTwoServers.
+// Environment of a server child of the crash tests.
 const (
 	envServer = "GRPCIDEM_CRASH_SERVER" // "hang" (blocks mid-call after the charge) or "serve"
-	envSchema = "GRPCIDEM_CRASH_SCHEMA"
+	envDB     = "GRPCIDEM_CRASH_DB"     // the schema (PostgreSQL) or database (MariaDB)
 )
 
+// crashDB is what the crash test needs of a database: in the parent, a
+// fresh schema or database with the ledger and provider tables, and the
+// final counts; in a server child, the store and the handler's writes.
+type crashDB struct {
+	setup func(t *testing.T) (db string, counts func() (booked, distinct, charged, recharged int))
+	open  func(t *testing.T, db string) (s core.Store, book func(ctx context.Context, p string) error, charge func(ctx context.Context, relay, p string) error)
+}
+
 // TestCrashTwoServers: a client with a retry policy sends payments to two
-// server processes on one PostgreSQL; one server is SIGKILLed mid-call,
+// server processes on one database; one server is SIGKILLed mid-call,
 // after the provider charged and before its transaction committed. Its
 // calls fail over (UNAVAILABLE, retried by policy with the same key) to
 // the other server, which takes them over once the lease lapses: each
 // payment is booked once, and the provider (deduplicating by relay key)
 // charges each once.
-func TestCrashTwoServers(t *testing.T) {
+func TestCrashTwoServers(t *testing.T) { crashTwoServers(t, "TestCrashTwoServers", pgCrash) }
+
+// TestCrashTwoServersMariaDB is TestCrashTwoServers on MariaDB.
+func TestCrashTwoServersMariaDB(t *testing.T) {
+	crashTwoServers(t, "TestCrashTwoServersMariaDB", myCrash)
+}
+
+var pgCrash = crashDB{
+	setup: func(t *testing.T) (string, func() (int, int, int, int)) {
+		pool := pgtest.Pool(t)
+		schema := pgtest.Schema(t, pool)
+		if err := pgstore.Migrate(t.Context(), pool, pgstore.WithSchema(schema)); err != nil {
+			t.Fatal(err)
+		}
+		ledger, provider := pgx.Identifier{schema, "ledger"}.Sanitize(), pgx.Identifier{schema, "provider"}.Sanitize()
+		for _, q := range []string{
+			"CREATE TABLE " + ledger + " (payment text NOT NULL)", // no unique constraint: a double booking shows
+			"CREATE TABLE " + provider + " (relay_key text PRIMARY KEY, payment text NOT NULL, attempts int NOT NULL)",
+		} {
+			if _, err := pool.Exec(t.Context(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return schema, func() (booked, distinct, charged, recharged int) {
+			if err := pool.QueryRow(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM "+ledger).Scan(&booked, &distinct); err != nil {
+				t.Fatal(err)
+			}
+			if err := pool.QueryRow(t.Context(), "SELECT count(*), count(*) FILTER (WHERE attempts > 1) FROM "+provider).Scan(&charged, &recharged); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	},
+	open: func(t *testing.T, schema string) (core.Store, func(context.Context, string) error, func(context.Context, string, string) error) {
+		pool := pgtest.Pool(t)
+		store, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithTransactional())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		ledger, provider := pgx.Identifier{schema, "ledger"}.Sanitize(), pgx.Identifier{schema, "provider"}.Sanitize()
+		return store, func(ctx context.Context, p string) error {
+				tx, err := pgstore.Tx(ctx)
+				if err != nil {
+					return err
+				}
+				_, err = tx.Exec(ctx, "INSERT INTO "+ledger+" (payment) VALUES ($1)", p)
+				return err
+			}, func(ctx context.Context, relay, p string) error {
+				_, err := pool.Exec(ctx, "INSERT INTO "+provider+" VALUES ($1, $2, 1) ON CONFLICT (relay_key) DO UPDATE SET attempts = "+provider+".attempts + 1", relay, p)
+				return err
+			}
+	},
+}
+
+var myCrash = crashDB{
+	setup: func(t *testing.T) (string, func() (int, int, int, int)) {
+		cfg := mytest.Database(t, "")
+		db := mytest.Open(t, cfg)
+		if err := mysqlstore.Migrate(t.Context(), db); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			"CREATE TABLE ledger (id BIGINT AUTO_INCREMENT PRIMARY KEY, payment VARCHAR(64) NOT NULL)",
+			"CREATE TABLE provider (relay_key VARCHAR(64) PRIMARY KEY, payment VARCHAR(64) NOT NULL, attempts INT NOT NULL)",
+		} {
+			if _, err := db.ExecContext(t.Context(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cfg.DBName, func() (booked, distinct, charged, recharged int) {
+			if err := db.QueryRowContext(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM ledger").Scan(&booked, &distinct); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.QueryRowContext(t.Context(), "SELECT count(*), coalesce(sum(attempts > 1), 0) FROM provider").Scan(&charged, &recharged); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	},
+	open: func(t *testing.T, name string) (core.Store, func(context.Context, string) error, func(context.Context, string, string) error) {
+		cfg := mytest.Config(t, "")
+		cfg.DBName = name
+		db := mytest.Open(t, cfg)
+		store, err := mysqlstore.New(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		return store, func(ctx context.Context, p string) error {
+				tx, err := mysqlstore.Tx(ctx)
+				if err != nil {
+					return err
+				}
+				_, err = tx.ExecContext(ctx, "INSERT INTO ledger (payment) VALUES (?)", p)
+				return err
+			}, func(ctx context.Context, relay, p string) error {
+				_, err := db.ExecContext(ctx, "INSERT INTO provider VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE attempts = attempts + 1", relay, p)
+				return err
+			}
+	},
+}
+
+func crashTwoServers(t *testing.T, top string, cdb crashDB) {
 	if mode := os.Getenv(envServer); mode != "" {
-		crashServer(t, mode, os.Getenv(envSchema))
+		crashServer(t, mode, cdb, os.Getenv(envDB))
 		return
 	}
 	const payments = 6
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	if err := pgstore.Migrate(t.Context(), pool, pgstore.WithSchema(schema)); err != nil {
-		t.Fatal(err)
-	}
-	ledger, provider := pgx.Identifier{schema, "ledger"}.Sanitize(), pgx.Identifier{schema, "provider"}.Sanitize()
-	for _, q := range []string{
-		"CREATE TABLE " + ledger + " (payment text NOT NULL)", // no unique constraint: a double booking shows
-		"CREATE TABLE " + provider + " (relay_key text PRIMARY KEY, payment text NOT NULL, attempts int NOT NULL)",
-	} {
-		if _, err := pool.Exec(t.Context(), q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hang, hangAddr, midcall := spawnServer(t, "hang", schema)
-	_, serveAddr, _ := spawnServer(t, "serve", schema)
+	dbName, counts := cdb.setup(t)
+	hang, hangAddr, midcall := spawnServer(t, top, "hang", dbName)
+	_, serveAddr, _ := spawnServer(t, top, "serve", dbName)
 
 	r := manual.NewBuilderWithScheme("crash")
 	r.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: hangAddr}, {Addr: serveAddr}}})
@@ -117,13 +217,7 @@ func TestCrashTwoServers(t *testing.T) {
 	}
 	wg.Wait()
 
-	var booked, distinct, charged, recharged int
-	if err := pool.QueryRow(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM "+ledger).Scan(&booked, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if err := pool.QueryRow(t.Context(), "SELECT count(*), count(*) FILTER (WHERE attempts > 1) FROM "+provider).Scan(&charged, &recharged); err != nil {
-		t.Fatal(err)
-	}
+	booked, distinct, charged, recharged := counts()
 	if booked != payments || distinct != payments || charged != payments {
 		t.Fatalf("%d ledger rows (%d payments), %d provider charges; want %d of each", booked, distinct, charged, payments)
 	}
@@ -134,10 +228,10 @@ func TestCrashTwoServers(t *testing.T) {
 }
 
 // spawnServer starts a server child; the channel gets its "midcall" lines.
-func spawnServer(t *testing.T, mode, schema string) (*exec.Cmd, string, <-chan string) {
+func spawnServer(t *testing.T, top, mode, db string) (*exec.Cmd, string, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashTwoServers$", "-test.count=1", "-test.timeout=300s")
-	cmd.Env = append(os.Environ(), envServer+"="+mode, envSchema+"="+schema)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+top+"$", "-test.count=1", "-test.timeout=300s")
+	cmd.Env = append(os.Environ(), envServer+"="+mode, envDB+"="+db)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -171,14 +265,9 @@ func spawnServer(t *testing.T, mode, schema string) (*exec.Cmd, string, <-chan s
 	return nil, "", nil
 }
 
-// crashServer is a server process of TestCrashTwoServers.
-func crashServer(t *testing.T, mode, schema string) {
-	pool := pgtest.Pool(t)
-	store, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithTransactional())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+// crashServer is a server process of the crash tests.
+func crashServer(t *testing.T, mode string, cdb crashDB, db string) {
+	store, book, charge := cdb.open(t, db)
 	e, err := core.New(store, core.WithLease(time.Second), core.WithWait(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -188,20 +277,14 @@ func crashServer(t *testing.T, mode, schema string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger, provider := pgx.Identifier{schema, "ledger"}.Sanitize(), pgx.Identifier{schema, "provider"}.Sanitize()
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic))
 	grpcidemtest.Register(srv, func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		p := in.GetValue()
-		tx, err := pgstore.Tx(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+ledger+" (payment) VALUES ($1)", p); err != nil {
+		if err := book(ctx, p); err != nil { // in the call's transaction
 			return nil, err
 		}
 		// The provider: outside the transaction, deduplicating by relay key.
-		if _, err := pool.Exec(ctx, "INSERT INTO "+provider+" VALUES ($1, $2, 1) ON CONFLICT (relay_key) DO UPDATE SET attempts = "+provider+".attempts + 1",
-			core.RelayKey(ctx, "provider"), p); err != nil {
+		if err := charge(ctx, core.RelayKey(ctx, "provider"), p); err != nil {
 			return nil, err
 		}
 		if mode == "hang" {
