@@ -206,8 +206,6 @@ func (e *Engine) callRefusal(ctx context.Context, d *Decision) error {
 		}
 	case ProblemCanceled:
 		ce.Err = context.Cause(ctx)
-	case ProblemScopeUnavailable:
-		ce.Err = ErrNoScope
 	}
 	return ce
 }
