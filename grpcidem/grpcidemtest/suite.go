@@ -35,6 +35,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("HandlerErrorReleases", func(t *testing.T) { handlerError(t, newStore(t)) })
 	t.Run("ClientKeyAcrossRetries", func(t *testing.T) { clientRetries(t, newStore(t)) })
 	t.Run("HandlerPanic", func(t *testing.T) { handlerPanic(t, newStore(t)) })
+	t.Run("InFlightRetriedByPolicy", func(t *testing.T) { inFlightRetried(t, newStore(t)) })
 }
 
 // server runs the test service behind the interceptor on e; charge counts
@@ -332,5 +333,56 @@ func handlerPanic(t *testing.T, st core.Store) {
 	}
 	if err := cc.Invoke(withKey(tctx(t), "p"), Charge, wrapperspb.String("1"), &out); err != nil || out.GetValue() != "ok 1" {
 		t.Fatalf("retry after a panic: %q, %v; want a fresh run", out.GetValue(), err)
+	}
+}
+
+// inFlightRetried: a duplicate refused as in flight (Aborted, with
+// gRPC's pushback) is retried by the client's retry policy after the
+// pushback and gets the first call's response.
+func inFlightRetried(t *testing.T, st core.Store) {
+	e := engine(t, st, core.WithRetryAfter(time.Second))
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		close(started)
+		<-release
+		return wrapperspb.String("done " + in.GetValue()), nil
+	}
+	ic, err := grpcidem.UnaryServerInterceptor(e, grpcidem.WithMethods(Charge),
+		grpcidem.WithScope(func(context.Context) (string, error) { return "tenant", nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts atomic.Int32
+	// Outside grpcidem: counts attempts, and lets the first call finish
+	// once a duplicate has been refused.
+	outer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		attempts.Add(1)
+		resp, err := next(ctx, req)
+		if status.Code(err) == codes.Aborted {
+			once.Do(func() { close(release) })
+		}
+		return resp, err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(outer, ic))
+	Register(srv, h, h)
+	cc := Dial(t, Serve(t, srv), grpc.WithDefaultServiceConfig(RetryServiceConfig))
+	done := make(chan error, 1)
+	go func() {
+		var out wrapperspb.StringValue
+		done <- cc.Invoke(withKey(tctx(t), "r"), Charge, wrapperspb.String("1"), &out)
+	}()
+	<-started
+	var out wrapperspb.StringValue
+	var hdr metadata.MD
+	if err := cc.Invoke(withKey(tctx(t), "r"), Charge, wrapperspb.String("1"), &out, grpc.Header(&hdr)); err != nil {
+		t.Fatalf("duplicate with a retry policy: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out.GetValue() != "done 1" || len(hdr.Get(grpcidem.ReplayedHeader)) != 1 || attempts.Load() < 3 {
+		t.Fatalf("duplicate got %q (header %v) after %d attempts in all; want the first's response, replayed, after a refused attempt",
+			out.GetValue(), hdr, attempts.Load())
 	}
 }
