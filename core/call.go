@@ -193,7 +193,7 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 	case x.err != nil:
 		return CallResult{}, x.err
 	}
-	return CallResult{Value: x.out}, nil
+	return CallResult{Value: x.fnOut}, nil
 }
 
 // callRefusal is the CallError of a Reject decision.
@@ -255,8 +255,9 @@ func CallJSON[T any](ctx context.Context, e *Engine, req CallRequest, fn func(co
 type callExchange struct {
 	fn       func(context.Context) ([]byte, error)
 	max      int
-	out      []byte
-	err      error // fn's
+	fnOut    []byte // fn's result, returned to the caller
+	out      []byte // its copy, recorded
+	err      error  // fn's
 	panicked error
 }
 
@@ -269,7 +270,7 @@ func (x *callExchange) Next(ctx context.Context, _ *Decision) error {
 	if out == nil {
 		out = []byte{}
 	}
-	x.out = bytes.Clone(out) // recorded: fn's slice stays fn's
+	x.fnOut, x.out = out, bytes.Clone(out) // the store keeps the copy; the caller gets fn's own slice
 	return nil
 }
 
