@@ -23,7 +23,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if req.RouteIsPath {
 		route = ""
 	}
-	if !e.cfg.methods[method] {
+	if !e.cfg.methods[method] && !req.call {
 		return e.bypass(route), nil
 	}
 	if _, nested := LeaseFromContext(ctx); nested {
@@ -237,7 +237,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 // requestScope, called directly so that req does not escape to the heap; a
 // custom ScopeFunc gets a heap copy, and what it changes in it is kept.
 func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
-	if e.cfg.defaultScope {
+	if e.cfg.defaultScope || req.call {
 		if req.ScopeFunc != nil {
 			return req.ScopeFunc(ctx)
 		}

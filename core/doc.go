@@ -26,6 +26,13 @@
 // events have typed kinds (EventKind), and routes are recorded in canonical form
 // (CanonicalRoute), so a fleet mixing frameworks shares records.
 //
+// Work that is not an HTTP request (a queue consumer, a job, a gRPC
+// method: grpcidem) uses Engine.Call (or CallJSON): the same flow, run by
+// Decide and Serve's runner, with a key, a scope, a name and an input
+// instead of a request; its refusals are *CallError values matched with
+// errors.Is (ErrInFlight, ErrMismatch, ErrStoreUnavailable, ...). Its
+// records carry method CallMethod ("CALL") and the call's name as route.
+//
 // Tenancy fails closed: a request that names no scope is refused (401,
 // ErrNoScope) and adapters refuse to be built without a scope function,
 // unless the engine opts into one shared key space (WithSharedKeySpace).

@@ -107,6 +107,10 @@ type Request struct {
 	// protects) to find the tenant; an error answers 401. Adapters set it
 	// from their scope option. WithScope replaces both.
 	ScopeFunc func(ctx context.Context) (string, error)
+
+	// call: built by Engine.Call, not by an adapter: protected whatever
+	// the engine's methods, scoped by Scope alone (see call.go).
+	call bool
 }
 
 // Response is a response as written by a handler, or as idem writes it.

@@ -8,6 +8,7 @@ replace (
 	github.com/idemkit/idem/echov5idem => ../echov5idem
 	github.com/idemkit/idem/fiberidem => ../fiberidem
 	github.com/idemkit/idem/ginidem => ../ginidem
+	github.com/idemkit/idem/grpcidem => ../grpcidem
 	github.com/idemkit/idem/mysqlstore => ../mysqlstore
 	github.com/idemkit/idem/pgstore => ../pgstore
 )
@@ -23,6 +24,7 @@ require (
 	github.com/idemkit/idem/echov5idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/fiberidem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/ginidem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/grpcidem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/mysqlstore v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/pgstore v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
@@ -31,6 +33,8 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.51.0
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -81,5 +85,5 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.10 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )

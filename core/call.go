@@ -1,0 +1,288 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// CallMethod is the method recorded for the records of Engine.Call, so
+// that idemctl, logs and telemetry tell them from HTTP requests; their
+// route is the call's name.
+const CallMethod = "CALL"
+
+// CallRequest names one call of Engine.Call.
+type CallRequest struct {
+	// Scope is the tenant the key belongs to. "" is refused (ErrNoScope)
+	// unless the engine has WithSharedKeySpace. The engine's WithScope
+	// function is not consulted: it reads HTTP requests.
+	Scope string
+	// Key identifies the logical operation: a message ID, a job ID, the
+	// key a client sent. The rules of the HTTP header's unquoted form
+	// apply: 1 to MaxKeyBytes printable ASCII bytes, no space, '"', ','
+	// or '\' (ErrKeyInvalid otherwise; ErrKeyMissing when empty).
+	Key string
+	// Name names the operation ("charge", "/payments.v1.Payments/Charge"):
+	// the record's route, part of the fingerprint. It must be its own
+	// CanonicalRoute (no spaces, no ":id" parameters).
+	Name string
+	// Input is the operation's input (a message payload, a marshalled
+	// request), fingerprinted and not kept: the key reused with another
+	// name or input is refused with ErrMismatch. Larger than the engine's
+	// WithMaxRequestBytes it is refused (CallError, ProblemBodyTooLarge).
+	Input []byte
+}
+
+// CallResult is what Engine.Call returns: fn's result, or on a retry the
+// stored one.
+type CallResult struct {
+	Value []byte
+	// Replayed: fn did not run; Value is the result of an earlier call.
+	Replayed bool
+}
+
+// Errors of Engine.Call, matched with errors.Is (a *CallError wraps them).
+var (
+	// ErrInFlight: another call with the key is running (or its owner
+	// lost the key to a retry); CallError.RetryAfter says when to retry.
+	ErrInFlight = errors.New("idem: a call with this key is in flight")
+	// ErrMismatch: the key was used with another name or input.
+	ErrMismatch = errors.New("idem: the key was used with another name or input")
+	// ErrStoreUnavailable: the store could not be reached, or the result
+	// could not be recorded; fn's effect, if it ran, is not known to be
+	// recorded, so retry with the same key.
+	ErrStoreUnavailable = errors.New("idem: the idempotency store is unavailable")
+	// ErrNotRetained: a call with the key completed, but its result was
+	// larger than WithMaxResponseBytes and not kept; it will not run again.
+	ErrNotRetained = errors.New("idem: the call completed but its result was not kept")
+)
+
+// CallError is every refusal and failure of Engine.Call that is idem's,
+// not fn's: errors.Is matches it with ErrInFlight, ErrMismatch,
+// ErrStoreUnavailable, ErrNotRetained, ErrKeyMissing, ErrKeyInvalid,
+// ErrNoScope, and with its cause (ErrLeaseLost, ErrNotCommitted, a
+// context error, the store's error).
+type CallError struct {
+	// Problem is the reason, a problem name as HTTP answers carry
+	// (ProblemInFlight, ProblemPayloadMismatch, ...).
+	Problem string
+	// RetryAfter, for ProblemInFlight, is when a retry may find the call
+	// finished or its owner's lease lapsed.
+	RetryAfter time.Duration
+	// Err is the cause, when there is one.
+	Err error
+}
+
+func (e *CallError) Error() string {
+	msg := "idem: call refused: " + e.Problem
+	if info, ok := LookupProblem(e.Problem); ok {
+		msg = "idem: call: " + info.Title
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap gives the sentinel of the problem and the cause.
+func (e *CallError) Unwrap() []error {
+	var errs []error
+	switch e.Problem {
+	case ProblemInFlight:
+		errs = append(errs, ErrInFlight)
+	case ProblemPayloadMismatch:
+		errs = append(errs, ErrMismatch)
+	case ProblemStoreUnavailable:
+		errs = append(errs, ErrStoreUnavailable)
+	case ProblemNotRetained:
+		errs = append(errs, ErrNotRetained)
+	case ProblemMissingKey:
+		errs = append(errs, ErrKeyMissing)
+	case ProblemScopeUnavailable:
+		errs = append(errs, ErrNoScope)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// Call runs fn at most once per (req.Scope, req.Key) across every process
+// sharing the engine's store, for work that is not an HTTP request: a
+// queue consumer, a job, a gRPC method. It is an HTTP request to the
+// engine (method CallMethod, route req.Name, body req.Input), so it has
+// everything a request has: the lease and its heartbeat, fencing, the
+// takeover of a crashed owner's key once its lease lapses, WithWait for
+// duplicates, Step and RelayKey inside fn, and the transactional mode
+// (pgstore.Tx, mysqlstore.Tx from fn's context commit with the result).
+//
+// fn runs on a context carrying the lease. Its result is recorded and
+// returned; a retry with the same key gets it back (Replayed) without
+// running fn. An error from fn releases the key (as a handler error does,
+// retryable under the default outcome policy) and is returned as is, so a
+// retry runs fn again: return a final business outcome (a declined card)
+// as a result, not an error. A panic in fn releases the key and is
+// returned as a CallError (ProblemHandlerPanic) with the panic and stack.
+//
+// Every other failure is a *CallError (see its errors.Is matches). A call
+// inside another call's or a request's fn is a call of its own, under its
+// own lease.
+func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Context) ([]byte, error)) (CallResult, error) {
+	if fn == nil {
+		return CallResult{}, errors.New("idem: call: nil function")
+	}
+	if req.Key == "" {
+		return CallResult{}, &CallError{Problem: ProblemMissingKey}
+	}
+	if k, err := ParseKey([]string{req.Key}); err != nil || k != req.Key {
+		if err == nil {
+			err = keyErr("quoted key (pass the key itself)")
+		}
+		return CallResult{}, &CallError{Problem: ProblemInvalidKey, Err: err}
+	}
+	if req.Name == "" || CanonicalRoute(req.Name) != req.Name {
+		return CallResult{}, fmt.Errorf("idem: call: invalid name %q: not empty, and its own CanonicalRoute", req.Name)
+	}
+	if _, nested := LeaseFromContext(ctx); nested {
+		// Decide lets a request inside an owned one through unclaimed;
+		// a call is claimed on its own key, so hide the outer lease.
+		ctx = context.WithValue(ctx, leaseCtxKey{}, (*Lease)(nil))
+	}
+	input := req.Input
+	if input == nil {
+		input = []byte{}
+	}
+	d, err := e.Decide(ctx, Request{
+		Method: CallMethod, Route: req.Name, Target: req.Name,
+		Header:    http.Header{e.cfg.header: {req.Key}},
+		BodyBytes: input, Scope: req.Scope, call: true,
+	})
+	if err != nil {
+		return CallResult{}, &CallError{Problem: ProblemStoreUnavailable, Err: err}
+	}
+	switch d.Outcome {
+	case Replay:
+		if d.Response.Status != http.StatusOK {
+			// A failure the outcome policy made final.
+			return CallResult{}, &CallError{Problem: ProblemHandlerError,
+				Err: fmt.Errorf("idem: call: the first call failed finally (status %d)", d.Response.Status)}
+		}
+		return CallResult{Value: bytes.Clone(d.Response.Body), Replayed: true}, nil
+	case Reject:
+		return CallResult{}, e.callRefusal(ctx, d)
+	case Proceed:
+	default:
+		return CallResult{}, fmt.Errorf("idem: call: unexpected outcome %v", d.Outcome)
+	}
+	x := &callExchange{fn: fn, max: e.cfg.maxResponse}
+	if err := e.Run(ctx, d, x); err != nil {
+		cerr := callCommitError(err)
+		if x.err != nil {
+			return CallResult{}, errors.Join(x.err, cerr)
+		}
+		return CallResult{}, cerr
+	}
+	switch {
+	case x.panicked != nil:
+		return CallResult{}, &CallError{Problem: ProblemHandlerPanic, Err: x.panicked}
+	case x.err != nil:
+		return CallResult{}, x.err
+	}
+	return CallResult{Value: x.fnOut}, nil
+}
+
+// callRefusal is the CallError of a Reject decision.
+func (e *Engine) callRefusal(ctx context.Context, d *Decision) error {
+	ce := &CallError{Problem: d.Problem}
+	switch d.Problem {
+	case ProblemInFlight:
+		if s, err := strconv.Atoi(d.Response.Header.Get("Retry-After")); err == nil {
+			ce.RetryAfter = time.Duration(s) * time.Second
+		}
+	case ProblemCanceled:
+		ce.Err = context.Cause(ctx)
+	}
+	return ce
+}
+
+// callCommitError classifies a failed Commit or Abort as CommitErrorResponse does.
+func callCommitError(err error) error {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		return &CallError{Problem: ProblemInFlight, Err: err}
+	case errors.Is(err, ErrNotCommitted):
+		return &CallError{Problem: ProblemHandlerError, Err: err}
+	}
+	return &CallError{Problem: ProblemStoreUnavailable, Err: err}
+}
+
+// CallJSON is Call for a value of any type, recorded as its JSON encoding
+// and decoded into a T on a retry: keep T's JSON form compatible across
+// releases. Use Call to learn whether the value was replayed.
+func CallJSON[T any](ctx context.Context, e *Engine, req CallRequest, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if fn == nil {
+		return zero, errors.New("idem: call: nil function")
+	}
+	res, err := e.Call(ctx, req, func(ctx context.Context) ([]byte, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("idem: call: encode result: %w", err)
+		}
+		return b, nil
+	})
+	if err != nil {
+		return zero, err
+	}
+	var v T
+	if err := json.Unmarshal(res.Value, &v); err != nil {
+		return zero, fmt.Errorf("idem: call: decode stored result: %w", err)
+	}
+	return v, nil
+}
+
+// callExchange is a call as Run sees it: Next runs fn, the result is the
+// response body (status 200), and nothing is written anywhere.
+type callExchange struct {
+	fn       func(context.Context) ([]byte, error)
+	max      int
+	fnOut    []byte // fn's result, returned to the caller
+	out      []byte // its copy, recorded
+	err      error  // fn's
+	panicked error
+}
+
+func (x *callExchange) Next(ctx context.Context, _ *Decision) error {
+	out, err := x.fn(ctx)
+	if err != nil {
+		x.err = err
+		return err
+	}
+	if out == nil {
+		out = []byte{}
+	}
+	x.fnOut, x.out = out, bytes.Clone(out) // the store keeps the copy; the caller gets fn's own slice
+	return nil
+}
+
+func (x *callExchange) Captured() Response {
+	if x.err != nil {
+		return Response{}
+	}
+	return Response{Status: http.StatusOK, Body: x.out, Truncated: len(x.out) > x.max}
+}
+
+func (x *callExchange) Send() error                                  { return nil }
+func (x *callExchange) Discard() bool                                { return true }
+func (x *callExchange) Write(*Response) error                        { return nil }
+func (x *callExchange) Panicked(cause error)                         { x.panicked = cause }
+func (x *callExchange) OnError(err error, _ *Response) (bool, error) { return true, err }

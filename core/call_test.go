@@ -1,0 +1,42 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/calltest"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+func TestCallMemstore(t *testing.T) {
+	calltest.Run(t, func(testing.TB) core.Store { return memstore.New() })
+}
+
+// keyEchoStore fails every claim with an error that quotes the key, as a
+// database error quoting the failing row does.
+type keyEchoStore struct{ core.Store }
+
+func (keyEchoStore) Claim(_ context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+	return core.ClaimResult{}, errors.New(`duplicate row "` + req.Key + `"`)
+}
+
+// TestCallErrorsCarryNoKey: no error Call returns holds the raw key.
+func TestCallErrorsCarryNoKey(t *testing.T) {
+	const key = "S3NT1NEL-key-0042"
+	e, err := core.New(keyEchoStore{memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Call(context.Background(), core.CallRequest{Scope: "s", Key: key, Name: "charge"},
+		func(context.Context) ([]byte, error) { return nil, nil })
+	if !errors.Is(err, core.ErrStoreUnavailable) || strings.Contains(err.Error(), "S3NT1NEL") {
+		t.Fatalf("claim failure: %v; want ErrStoreUnavailable without the key", err)
+	}
+	if _, err := e.Call(context.Background(), core.CallRequest{Scope: "s", Key: "a b" + key, Name: "charge"},
+		func(context.Context) ([]byte, error) { return nil, nil }); err == nil || strings.Contains(err.Error(), "S3NT1NEL") {
+		t.Fatalf("invalid key: %v; want an error without the key", err)
+	}
+}
