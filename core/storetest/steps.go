@@ -213,9 +213,12 @@ func testStepExpiresWithRecord(t *testing.T, s core.Store) {
 	for _, end := range []string{"failed", "completed", "lapsed"} {
 		req := newReq()
 		req.Retention = shortRetention
-		lease := longLease
+		lease, wait := longLease, lapse
 		if end == "lapsed" {
-			lease = shortLease
+			// Long enough for the two saves below on a loaded machine (a 50 ms lease lapsed
+			// between them in a make test run at load 12), then waited out.
+			lease = 750 * time.Millisecond
+			wait = lease + lapse
 		}
 		req.Lease = lease
 		f := fence(claimNew(t, s, req).Record)
@@ -227,7 +230,7 @@ func testStepExpiresWithRecord(t *testing.T, s core.Store) {
 		case "completed":
 			require.NoError(t, s.Complete(t.Context(), f, sampleResponse()))
 		}
-		time.Sleep(lapse)
+		time.Sleep(wait)
 
 		// The key is new again: same request or not, no old step shows.
 		req.Lease, req.Retention = longLease, longRetention
