@@ -210,6 +210,8 @@ import (
 	"reflect"
 	"github.com/gin-gonic/gin"
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 var _ = context.Background
 var _ = reflect.ValueOf
@@ -222,16 +224,16 @@ var _ core.Request
 	}{
 		{"recover with a space", `func f() { defer func() { _ = recover () }() }`, 1},
 		{"recover parenthesised", `func f() { defer func() { _ = (recover)() }() }`, 1},
-		{"commit as a method value", `func f(e *core.Engine, d *core.Decision) { c := e.Commit; _ = c(context.TODO(), d, core.Response{}) }`, 1},
+		{"commit as a method value", `func f(e *core.Engine, d *core.Decision) { c := e.Commit; _ = c(context.TODO(), d, adapterkit.Response{}) }`, 1},
 		{"abort as a method expression", `func f(e *core.Engine, d *core.Decision) { _ = (*core.Engine).Abort(e, context.TODO(), d, nil) }`, 1},
 		{"abort on a receiver ending in c", `func f(svc *core.Engine, d *core.Decision) { _ = svc.Abort(context.TODO(), d, nil) }`, 1},
 		{"abort on a receiver named c", `func f(c *core.Engine, d *core.Decision) { _ = c.Abort(context.TODO(), d, nil) }`, 1},
 		{"decide through an embedding", `type w struct{ *core.Engine }
 func f(x w) { _, _ = x.Decide(context.TODO(), core.Request{}) }`, 1},
-		{"commit through an interface", `type committer interface{ Commit(context.Context, *core.Decision, core.Response) error }
-func f(c committer) { _ = c.Commit(context.TODO(), nil, core.Response{}) }`, 1},
+		{"commit through an interface", `type committer interface{ Commit(context.Context, *core.Decision, adapterkit.Response) error }
+func f(c committer) { _ = c.Commit(context.TODO(), nil, adapterkit.Response{}) }`, 1},
 		{"run by reflection", `func f(e *core.Engine) { _ = reflect.ValueOf(e).MethodByName("Run") }`, 1},
-		{"store claim", `func f(s core.Store) { _, _ = s.Claim(context.TODO(), core.ClaimRequest{}) }`, 1},
+		{"store claim", `func f(s core.Store) { _, _ = s.Claim(context.TODO(), storekit.ClaimRequest{}) }`, 1},
 		{"another engine method", `func f(e *core.Engine) { _ = e.PanicResponse() }`, 1},
 		{"gin's Abort is translation", `func f(c *gin.Context) { c.Abort(); c.AbortWithStatus(404) }`, 0},
 		{"serve is the one entry", `func f(e *core.Engine) { _ = e.Serve(context.TODO(), core.Request{}, nil); _ = e.MaxResponseBytes() }`, 0},
