@@ -123,7 +123,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		if unwatch == nil {
 			unwatch = func() {}
 		}
-		if changed == nil { // a Watcher that cannot watch: poll instead
+		if changed == nil { // a storekit.Watcher that cannot watch: poll instead
 			watcher = nil
 		}
 	}
