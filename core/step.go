@@ -41,7 +41,7 @@ const stepSaveTimeout = 5 * time.Second
 // Errors returned by Step besides the function's own and the store's.
 var (
 	// ErrStepsUnsupported: the handler runs under a lease granted by a
-	// store that does not implement StepStore. Step refuses to run the
+	// store that does not implement storekit.StepStore. Step refuses to run the
 	// function rather than run it unprotected (a takeover would repeat it).
 	// WithStepsRequired reports it when the engine is built instead.
 	ErrStepsUnsupported = errors.New("idem: the store does not keep steps (it does not implement storekit.StepStore)")
@@ -101,7 +101,7 @@ func WithStepsRequired(on bool) Option {
 // derived with RelayKey so it deduplicates that repeat (the second wall).
 //
 // Outside a lease (a bypassed request, a handler run without idem) fn just
-// runs. Under a lease granted by a store without StepStore, Step returns
+// runs. Under a lease granted by a store without storekit.StepStore, Step returns
 // ErrStepsUnsupported and fn does not run. A name that is empty, longer
 // than MaxStepNameBytes, not UTF-8 or with control characters fails with
 // ErrStepName; a result larger than MaxStepBytes with ErrStepTooLarge (fn

@@ -185,7 +185,7 @@ type deadOwnerStore struct{ core.Store }
 
 func (deadOwnerStore) Heartbeat(context.Context, storekit.Fence, time.Duration) error { return nil }
 
-// Unwrap lets a store find itself behind the wrapper (core.StoreAs).
+// Unwrap lets a store find itself behind the wrapper (storekit.As).
 func (d deadOwnerStore) Unwrap() core.Store { return d.Store }
 
 func newEngine(t *testing.T, s core.Store, opts ...core.Option) *core.Engine {

@@ -28,12 +28,11 @@ import (
 var flowNames = map[string]bool{
 	"Abort": true, "Commit": true, "Decide": true, "Run": true,
 	"Claim": true, "Complete": true, "Fail": true, "Heartbeat": true, "Release": true,
-	"CommitErrorResponse": true, "PanicResponse": true,
 }
 
 // engineAllowed are the *core.Engine methods an adapter may call: Serve
 // (the whole flow) and what it needs to build itself.
-var engineAllowed = map[string]bool{"Serve": true, "CheckScope": true, "MaxResponseBytes": true}
+var engineAllowed = map[string]bool{"Serve": true, "CheckScope": true}
 
 const corePath = "github.com/idemkit/idem/core"
 
@@ -217,6 +216,8 @@ var _ = context.Background
 var _ = reflect.ValueOf
 var _ gin.HandlerFunc
 var _ core.Request
+var _ adapterkit.Response
+var _ storekit.Fence
 `
 	cases := []struct {
 		name, src string
@@ -234,9 +235,9 @@ func f(x w) { _, _ = x.Decide(context.TODO(), core.Request{}) }`, 1},
 func f(c committer) { _ = c.Commit(context.TODO(), nil, adapterkit.Response{}) }`, 1},
 		{"run by reflection", `func f(e *core.Engine) { _ = reflect.ValueOf(e).MethodByName("Run") }`, 1},
 		{"store claim", `func f(s core.Store) { _, _ = s.Claim(context.TODO(), storekit.ClaimRequest{}) }`, 1},
-		{"another engine method", `func f(e *core.Engine) { _ = e.PanicResponse() }`, 1},
+		{"another engine method", `func f(e *core.Engine) { _ = e.Store() }`, 1},
 		{"gin's Abort is translation", `func f(c *gin.Context) { c.Abort(); c.AbortWithStatus(404) }`, 0},
-		{"serve is the one entry", `func f(e *core.Engine) { _ = e.Serve(context.TODO(), core.Request{}, nil); _ = e.MaxResponseBytes() }`, 0},
+		{"serve is the one entry", `func f(e *core.Engine) { _ = e.Serve(context.TODO(), core.Request{}, nil); _ = e.CheckScope("x.WithScope", true) }`, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
