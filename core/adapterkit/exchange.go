@@ -14,9 +14,9 @@ import (
 // happens and in which order.
 type Exchange interface {
 	// Next runs the rest of the chain. With d nil (Bypass) it runs as if
-	// idem were absent. With a Proceed decision it runs on ctx, which
+	// idem were absent. With d set (the request owns its key) it runs on ctx, which
 	// carries the lease, with the request body restored from d (see
-	// Decision.RestoreBody), and captures the response: nothing reaches
+	// Proceed.RestoreBody), and captures the response: nothing reaches
 	// the client until Send. An error the chain returns (gin's c.Error,
 	// echo's and fiber's returned error) is rendered into the capture the
 	// framework's usual way, when the framework renders errors, and
