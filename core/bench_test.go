@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
@@ -26,7 +27,7 @@ var (
 		"Idempotency-Key": {""}, // set per request
 		"X-User-Id":       {"u1"},
 	}
-	benchResp = core.Response{
+	benchResp = adapterkit.Response{
 		Status: http.StatusCreated,
 		Header: http.Header{
 			"Content-Type": {"application/json"},

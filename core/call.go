@@ -9,6 +9,10 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idem/core/storekit"
+
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // CallMethod is the method recorded for the records of Engine.Call, so
@@ -180,7 +184,7 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 		return CallResult{}, fmt.Errorf("idem: call: unexpected outcome %v", d.Outcome)
 	}
 	x := &callExchange{fn: fn, max: e.cfg.maxResponse}
-	if err := e.Run(ctx, d, x); err != nil {
+	if err := e.run(ctx, d, x); err != nil {
 		cerr := callCommitError(err)
 		if x.err != nil {
 			return CallResult{}, errors.Join(x.err, cerr)
@@ -215,7 +219,7 @@ func callCommitError(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		return &CallError{Problem: ProblemInFlight, Err: err}
-	case errors.Is(err, ErrNotCommitted):
+	case errors.Is(err, storekit.ErrNotCommitted):
 		return &CallError{Problem: ProblemHandlerError, Err: err}
 	}
 	return &CallError{Problem: ProblemStoreUnavailable, Err: err}
@@ -261,7 +265,7 @@ type callExchange struct {
 	panicked error
 }
 
-func (x *callExchange) Next(ctx context.Context, _ *Decision) error {
+func (x *callExchange) Next(ctx context.Context, _ *adapterkit.Proceed) error {
 	out, err := x.fn(ctx)
 	if err != nil {
 		x.err = err
@@ -274,15 +278,15 @@ func (x *callExchange) Next(ctx context.Context, _ *Decision) error {
 	return nil
 }
 
-func (x *callExchange) Captured() Response {
+func (x *callExchange) Captured() adapterkit.Response {
 	if x.err != nil {
-		return Response{}
+		return adapterkit.Response{}
 	}
-	return Response{Status: http.StatusOK, Body: x.out, Truncated: len(x.out) > x.max}
+	return adapterkit.Response{Status: http.StatusOK, Body: x.out, Truncated: len(x.out) > x.max}
 }
 
-func (x *callExchange) Send() error                                  { return nil }
-func (x *callExchange) Discard() bool                                { return true }
-func (x *callExchange) Write(*Response) error                        { return nil }
-func (x *callExchange) Panicked(cause error)                         { x.panicked = cause }
-func (x *callExchange) OnError(err error, _ *Response) (bool, error) { return true, err }
+func (x *callExchange) Send() error                                             { return nil }
+func (x *callExchange) Discard() bool                                           { return true }
+func (x *callExchange) Write(*adapterkit.Response) error                        { return nil }
+func (x *callExchange) Panicked(cause error)                                    { x.panicked = cause }
+func (x *callExchange) OnError(err error, _ *adapterkit.Response) (bool, error) { return true, err }

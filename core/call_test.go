@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/calltest"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 func TestCallMemstore(t *testing.T) {
@@ -19,8 +20,8 @@ func TestCallMemstore(t *testing.T) {
 // database error quoting the failing row does.
 type keyEchoStore struct{ core.Store }
 
-func (keyEchoStore) Claim(_ context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
-	return core.ClaimResult{}, errors.New(`duplicate row "` + req.Key + `"`)
+func (keyEchoStore) Claim(_ context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	return storekit.ClaimResult{}, errors.New(`duplicate row "` + req.Key + `"`)
 }
 
 // TestCallErrorsCarryNoKey: no error Call returns holds the raw key.

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Commit records the handler's response for the decision's key: final
@@ -20,14 +23,14 @@ import (
 // is done (the client went away) is treated as Abort.
 //
 // When Commit fails, the response is not known to be durable: adapters
-// answer with CommitErrorResponse instead of the handler's response.
-func (e *Engine) Commit(ctx context.Context, d *Decision, resp Response) error {
+// answer (Serve does it) with a problem instead of the handler's response.
+func (e *Engine) Commit(ctx context.Context, d *Decision, resp adapterkit.Response) error {
 	return e.commit(ctx, d, resp, nil)
 }
 
 // commit is Commit with the handler's error, if it returned one: logged
 // and reported in the event.
-func (e *Engine) commit(ctx context.Context, d *Decision, resp Response, cause error) error {
+func (e *Engine) commit(ctx context.Context, d *Decision, resp adapterkit.Response, cause error) error {
 	if err := d.finish(e); err != nil {
 		return err
 	}
@@ -50,13 +53,13 @@ func (e *Engine) commit(ctx context.Context, d *Decision, resp Response, cause e
 		kind = EventFail
 		err = e.store.Fail(cctx, d.lease.fence)
 	case resp.Streamed || resp.Truncated:
-		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, NotRetained: true})
+		err = e.store.Complete(cctx, d.lease.fence, storekit.StoredResponse{Status: status, NotRetained: true})
 	default:
 		body := resp.Body
 		if body == nil {
 			body = []byte{}
 		}
-		err = e.store.Complete(cctx, d.lease.fence, StoredResponse{Status: status, Header: e.keptHeaders(&resp), Body: body})
+		err = e.store.Complete(cctx, d.lease.fence, storekit.StoredResponse{Status: status, Header: e.keptHeaders(&resp), Body: body})
 	}
 	if cause != nil {
 		cause = e.scrub(fmt.Errorf("idem: handler error: %w", cause), d.Key)
@@ -84,22 +87,22 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 	return e.finished(ctx, d, EventAbort, 0, e.took(start), err, cause)
 }
 
-// CommitErrorResponse is what an adapter writes instead of the handler's
+// commitErrorResponse is what an adapter writes instead of the handler's
 // response when Commit or Abort failed: the outcome is not known to be
 // recorded, so the client must not take it as final. A lost lease answers
 // 409 (another request owns the key now); writes the store found not
 // committed (ErrNotCommitted: the handler ended the store's transaction)
 // 500; anything else 503. All invite a retry, which the record then
 // resolves.
-func (e *Engine) CommitErrorResponse(err error) *Response {
-	if errors.Is(err, ErrNotCommitted) {
-		return e.Problem(ProblemHandlerError, "the request failed: its writes did not commit; it was not completed")
+func (e *Engine) commitErrorResponse(err error) *adapterkit.Response {
+	if errors.Is(err, storekit.ErrNotCommitted) {
+		return e.problem(ProblemHandlerError, "the request failed: its writes did not commit; it was not completed")
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		return e.Problem(ProblemInFlight,
+		return e.problem(ProblemInFlight,
 			"this request lost ownership of its idempotency key to a retry; retry to get the recorded result")
 	}
-	return e.Problem(ProblemStoreUnavailable, "the result of this request could not be recorded; retry with the same key")
+	return e.problem(ProblemStoreUnavailable, "the result of this request could not be recorded; retry with the same key")
 }
 
 // detached returns the context of the decision's one Commit or Abort: ctx's
@@ -123,7 +126,7 @@ func (e *Engine) finished(ctx context.Context, d *Decision, kind EventKind, stat
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			kind, problem = EventLeaseLost, ProblemInFlight
-		case errors.Is(err, ErrNotCommitted):
+		case errors.Is(err, storekit.ErrNotCommitted):
 			problem = ProblemHandlerError
 		}
 		err = e.scrub(fmt.Errorf("idem: %s: %w", kind, err), d.Key)

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Decide classifies a request. A non-nil error means a system failure (the
@@ -92,7 +95,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		return e.reject(ctx, route, ProblemBodyUnreadable, "the request body could not be read", e.scrub(err, key)), nil
 	}
 
-	claim := ClaimRequest{
+	claim := storekit.ClaimRequest{
 		Scope:  scope,
 		Key:    key,
 		Method: method,
@@ -114,7 +117,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		deadline = e.cfg.now().Add(e.cfg.wait)
 	}
 	poll := e.cfg.waitPoll
-	watcher, _ := e.store.(Watcher)
+	watcher, _ := e.store.(storekit.Watcher)
 	var changed <-chan struct{}
 	unwatch := func() {}
 	defer func() { unwatch() }()
@@ -123,7 +126,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		if unwatch == nil {
 			unwatch = func() {}
 		}
-		if changed == nil { // a Watcher that cannot watch: poll instead
+		if changed == nil { // a storekit.Watcher that cannot watch: poll instead
 			watcher = nil
 		}
 	}
@@ -138,21 +141,21 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 			err = e.scrub(err, key)
 			e.observe(Event{Kind: EventCanceled, Problem: ProblemCanceled, Scope: scope, Route: route, Status: StatusClientClosedRequest, Duration: took, Err: err})
 			e.log(ctx, slog.LevelInfo, "canceled", key, scope, route, slog.Any("err", err))
-			d.answer(Reject, ProblemCanceled, e.Problem(ProblemCanceled, "the request was cancelled before it was processed"))
+			d.answer(Reject, ProblemCanceled, e.problem(ProblemCanceled, "the request was cancelled before it was processed"))
 			return d, nil
 		}
 		if err != nil {
 			err = e.scrub(fmt.Errorf("idem: claim: %w", err), key)
 			e.observe(Event{Kind: EventStoreError, Problem: ProblemStoreUnavailable, Scope: scope, Route: route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
 			e.log(ctx, slog.LevelError, "store_error", key, scope, route, slog.Any("err", err))
-			d.answer(Reject, ProblemStoreUnavailable, e.Problem(ProblemStoreUnavailable,
+			d.answer(Reject, ProblemStoreUnavailable, e.problem(ProblemStoreUnavailable,
 				"the idempotency store could not be reached; the request was not processed"))
 			return d, err
 		}
 		if res.Claimed {
 			d.Outcome = Proceed
 			rec := &res.Record
-			d.own = &owner{lease: Lease{fence: Fence{Scope: scope, Key: key, Token: rec.Token}, store: e.store, fresh: res.Fresh,
+			d.own = &owner{lease: Lease{fence: storekit.Fence{Scope: scope, Key: key, Token: rec.Token}, store: e.store, fresh: res.Fresh,
 				born: rec.CreatedAt, fp: rec.Fingerprint, legacy: e.legacyRelay(rec.CreatedAt)}}
 			d.lease = &d.own.lease
 			d.lease.lose = d.loseLease
@@ -172,15 +175,15 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 			}
 			e.observe(Event{Kind: EventMismatch, Problem: ProblemPayloadMismatch, Scope: scope, Route: route, Status: http.StatusUnprocessableEntity, Duration: took})
 			e.log(ctx, slog.LevelWarn, "mismatch", key, scope, route)
-			d.answer(Reject, ProblemPayloadMismatch, e.Problem(ProblemPayloadMismatch,
+			d.answer(Reject, ProblemPayloadMismatch, e.problem(ProblemPayloadMismatch,
 				"this idempotency key was already used with a different request; use a new key for a new request"))
 			return d, nil
 		}
-		if rec.Status == StatusCompleted && rec.Response != nil {
+		if rec.Status == storekit.StatusCompleted && rec.Response != nil {
 			if rec.Response.NotRetained {
 				e.observe(Event{Kind: EventNotRetained, Problem: ProblemNotRetained, Scope: scope, Route: route, Status: http.StatusConflict, Duration: took})
 				e.log(ctx, slog.LevelInfo, "not_retained", key, scope, route)
-				d.answer(Reject, ProblemNotRetained, e.Problem(ProblemNotRetained,
+				d.answer(Reject, ProblemNotRetained, e.problem(ProblemNotRetained,
 					"the request with this key completed with status "+strconv.Itoa(rec.Response.Status)+
 						" but its response was too large or streamed to keep; it will not be run again"))
 				return d, nil
@@ -226,7 +229,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		retry := max(int64((hint+time.Second-1)/time.Second), 1)
 		e.observe(Event{Kind: EventConflict, Problem: ProblemInFlight, Scope: scope, Route: route, Status: http.StatusConflict, Duration: took})
 		e.log(ctx, slog.LevelInfo, "conflict", key, scope, route)
-		d.answer(Reject, ProblemInFlight, e.Problem(ProblemInFlight,
+		d.answer(Reject, ProblemInFlight, e.problem(ProblemInFlight,
 			"a request with this idempotency key is still being processed; retry after the indicated delay"))
 		d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
 		return d, nil
@@ -274,7 +277,7 @@ func (e *Engine) bypass(route string) *Decision {
 // reject refuses a request before the claim. cause, when there is one, is
 // logged and reported in the event, never written to the client.
 func (e *Engine) reject(ctx context.Context, route, problem, detail string, cause error) *Decision {
-	resp := e.Problem(problem, detail)
+	resp := e.problem(problem, detail)
 	e.observe(Event{Kind: EventRejected, Problem: problem, Route: route, Status: resp.Status, Err: cause})
 	level := slog.LevelInfo
 	attrs := []slog.Attr{slog.String("problem", problem), slog.Int("status", resp.Status)}
@@ -292,7 +295,7 @@ func (e *Engine) reject(ctx context.Context, route, problem, detail string, caus
 // computed over it. It returns the claim to make under the recorded
 // identity, so a retry across the upgrade replays (or takes over a failed
 // record) instead of answering 422.
-func legacyClaim(claim ClaimRequest, rec Record, raw, target string, body []byte, req *Request, e *Engine) (ClaimRequest, bool) {
+func legacyClaim(claim storekit.ClaimRequest, rec storekit.Record, raw, target string, body []byte, req *Request, e *Engine) (storekit.ClaimRequest, bool) {
 	if rec.Route != raw {
 		// The previous release recorded ServeMux patterns unescaped
 		// ("POST /v1/things:batch"), which nethttpidem now escapes for
@@ -317,13 +320,13 @@ func legacyClaim(claim ClaimRequest, rec Record, raw, target string, body []byte
 // is the store's and read-only (see Store): the replay gets a header map of
 // its own, whose value slices are the store's, capped so that an append
 // reallocates; the body is shared and only read.
-func replayResponse(sr *StoredResponse) *Response {
+func replayResponse(sr *storekit.StoredResponse) *adapterkit.Response {
 	h := make(http.Header, len(sr.Header)+1)
 	for k, v := range sr.Header {
 		h[k] = v[:len(v):len(v)]
 	}
 	h[ReplayedHeader] = []string{"true"} // h.Set: ReplayedHeader is canonical
-	return &Response{Status: sr.Status, Header: h, Body: sr.Body}
+	return &adapterkit.Response{Status: sr.Status, Header: h, Body: sr.Body}
 }
 
 // readBody reads at most limit bytes. tooLarge reports a body over the limit.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Decision is the result of Decide. For Proceed it holds the lease until
@@ -14,7 +17,7 @@ type Decision struct {
 	// the decision's own; for a Replay, the header values and the body are
 	// shared with the store and must not be modified in place (an append
 	// to a value slice reallocates).
-	Response *Response
+	Response *adapterkit.Response
 	// Problem is the machine-readable reason of a Reject: a problem name
 	// (ProblemInFlight, ProblemPayloadMismatch, ...; LookupProblem gives
 	// its status and title). "" for Bypass, Proceed and Replay.
@@ -34,7 +37,7 @@ type Decision struct {
 }
 
 // answer sets the decision's outcome and response.
-func (d *Decision) answer(o Outcome, problem string, resp *Response) {
+func (d *Decision) answer(o Outcome, problem string, resp *adapterkit.Response) {
 	d.Outcome, d.Problem, d.Response = o, problem, resp
 }
 
@@ -46,6 +49,8 @@ type owner struct {
 	lctx   leaseCtx  // the first Context's; later calls allocate their own
 	lctxOK bool      // lctx is in use
 	cctx   commitCtx // Commit's or Abort's (there is exactly one)
+	// proceed is what Serve hands the adapter's Exchange.Next.
+	proceed adapterkit.Proceed
 
 	mu        sync.Mutex
 	finished  bool
@@ -100,9 +105,9 @@ func (d *Decision) Context(parent context.Context) context.Context {
 }
 
 // Fence returns the fence of a Proceed decision (zero otherwise).
-func (d *Decision) Fence() Fence {
+func (d *Decision) Fence() storekit.Fence {
 	if d == nil || d.lease == nil {
-		return Fence{}
+		return storekit.Fence{}
 	}
 	return d.lease.fence
 }

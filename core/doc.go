@@ -14,10 +14,10 @@
 // A handler with several side effects marks each with Step (or StepJSON):
 // a recovery point whose result is stored, fenced by the lease, so an owner
 // that takes the key over resumes after it instead of repeating the effect.
-// Stores offer it as an optional capability, StepStore.
+// Stores offer it as an optional capability, storekit.StepStore.
 //
 // Adapters (nethttpidem, ginidem, echoidem, echov5idem, fiberidem) only
-// translate: they build a Request and an Exchange (how to run the
+// translate: they build a Request and an adapterkit.Exchange (how to run the
 // framework's chain with a capture, write a response, call the user's
 // error handler) and call Engine.Serve, which owns the whole flow: Decide,
 // the handler on the lease's context, panic -> Abort + 500, Commit, the
@@ -43,5 +43,11 @@
 // or panic value) is scrubbed of the key (ScrubText: verbatim, Go-, JSON-,
 // SQL- and URL-escaped, hex; at any key length, a form shorter than 8
 // bytes where it stands alone) before it is logged, observed or handed to
-// an error handler or an adapter. core uses the standard library only.
+// an error handler or an adapter.
+//
+// This package holds what a service author uses. Store authors find the
+// records, fences and store capabilities in core/storekit, adapter authors
+// the Exchange and response capture in core/adapterkit; core/storetest and
+// core/idemtest are their conformance suites. core and both kits use the
+// standard library only.
 package core

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Engine decides, for every request, whether the handler runs. It is safe
@@ -34,8 +36,8 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.stepsRequired && !StepsSupported(store) {
-		return nil, fmt.Errorf("idem: WithStepsRequired: store %T does not keep steps (core.StepStore)", store)
+	if cfg.stepsRequired && stepStoreOf(store) == nil {
+		return nil, fmt.Errorf("idem: WithStepsRequired: store %T does not keep steps (storekit.StepStore)", store)
 	}
 	cfg.header = http.CanonicalHeaderKey(cfg.header)
 	// Canonicalise a copy: the default list is a shared package variable.
@@ -70,12 +72,9 @@ func (e *Engine) CheckScope(option string, adapterScope bool) error {
 // Store returns the engine's store.
 func (e *Engine) Store() Store { return e.store }
 
-// MaxResponseBytes is the largest response body kept for replay; adapters
-// size their capture buffers with it.
-func (e *Engine) MaxResponseBytes() int { return e.cfg.maxResponse }
-
+// keptHeaders returns the allow-listed headers of resp: from Header or,
 // when it is nil, from HeaderReader.
-func (e *Engine) keptHeaders(resp *Response) http.Header {
+func (e *Engine) keptHeaders(resp *adapterkit.Response) http.Header {
 	if resp.Header != nil || resp.HeaderReader == nil {
 		return e.filterHeaders(resp.Header)
 	}

@@ -21,7 +21,10 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 )
 
 const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -61,8 +64,8 @@ func proceed(t *testing.T, eng *core.Engine, req core.Request) *core.Decision {
 	return d
 }
 
-func created(body string) core.Response {
-	return core.Response{
+func created(body string) adapterkit.Response {
+	return adapterkit.Response{
 		Status: http.StatusCreated,
 		Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/pay/1"}},
 		Body:   []byte(body),
@@ -94,12 +97,12 @@ type countingStore struct {
 	claims, heartbeats atomic.Int64
 }
 
-func (s *countingStore) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+func (s *countingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, r)
 }
 
-func (s *countingStore) Heartbeat(ctx context.Context, f core.Fence, d time.Duration) error {
+func (s *countingStore) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
 	s.heartbeats.Add(1)
 	return s.Store.Heartbeat(ctx, f, d)
 }
@@ -107,18 +110,18 @@ func (s *countingStore) Heartbeat(ctx context.Context, f core.Fence, d time.Dura
 // faultStore overrides store methods for fault injection.
 type faultStore struct {
 	core.Store
-	claim     func(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error)
-	heartbeat func(ctx context.Context, f core.Fence, d time.Duration) error
+	claim     func(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error)
+	heartbeat func(ctx context.Context, f storekit.Fence, d time.Duration) error
 }
 
-func (s *faultStore) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+func (s *faultStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if s.claim != nil {
 		return s.claim(ctx, r)
 	}
 	return s.Store.Claim(ctx, r)
 }
 
-func (s *faultStore) Heartbeat(ctx context.Context, f core.Fence, d time.Duration) error {
+func (s *faultStore) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
 	if s.heartbeat != nil {
 		return s.heartbeat(ctx, f, d)
 	}
@@ -407,8 +410,8 @@ func TestDecideScope(t *testing.T) {
 
 func TestDecideStoreDown(t *testing.T) {
 	down := errors.New("connection refused")
-	eng := newEngine(t, &faultStore{Store: memstore.New(), claim: func(context.Context, core.ClaimRequest) (core.ClaimResult, error) {
-		return core.ClaimResult{}, down
+	eng := newEngine(t, &faultStore{Store: memstore.New(), claim: func(context.Context, storekit.ClaimRequest) (storekit.ClaimResult, error) {
+		return storekit.ClaimResult{}, down
 	}})
 	d, err := eng.Decide(context.Background(), request("k", payBody))
 	require.ErrorIs(t, err, down)
@@ -457,7 +460,7 @@ func TestReplay(t *testing.T) {
 func TestReplayNonCanonicalHeaderKeys(t *testing.T) {
 	eng := newEngine(t, memstore.New())
 	d := proceed(t, eng, request("k", payBody))
-	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: 201, Body: []byte("b"), Header: http.Header{
+	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: 201, Body: []byte("b"), Header: http.Header{
 		"content-type": {"application/json"},
 		"Link":         {"</a>"},
 		"link":         {"</b>"},
@@ -497,13 +500,13 @@ func TestOutcomePolicy(t *testing.T) {
 	for _, status := range []int{500, 503, 429, 409} {
 		key := "k" + strconv.Itoa(status)
 		d := proceed(t, eng, request(key, payBody))
-		require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: status, Body: []byte("nope")}))
+		require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: status, Body: []byte("nope")}))
 		d = proceed(t, eng, request(key, payBody)) // retryable: runs again
 		require.NoError(t, eng.Commit(context.Background(), d, created("ok")))
 		assert.Equal(t, core.Replay, decide(t, eng, request(key, payBody)).Outcome)
 	}
 	d := proceed(t, eng, request("k400", payBody))
-	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: 400, Body: []byte("bad")}))
+	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: 400, Body: []byte("bad")}))
 	r := decide(t, eng, request("k400", payBody))
 	require.Equal(t, core.Replay, r.Outcome, "a 400 is final")
 	assert.Equal(t, 400, r.Response.Status)
@@ -515,7 +518,7 @@ func TestOutcomePolicy(t *testing.T) {
 		return core.DefaultOutcomePolicy(status)
 	}))
 	d = proceed(t, custom, request("k", payBody))
-	require.NoError(t, custom.Commit(context.Background(), d, core.Response{Status: 402}))
+	require.NoError(t, custom.Commit(context.Background(), d, adapterkit.Response{Status: 402}))
 	d = proceed(t, custom, request("k", payBody))
 	require.NoError(t, custom.Abort(context.Background(), d, nil))
 }
@@ -523,7 +526,7 @@ func TestOutcomePolicy(t *testing.T) {
 func TestCommitEmptyResponse(t *testing.T) {
 	eng := newEngine(t, memstore.New())
 	d := proceed(t, eng, request("k", payBody))
-	require.NoError(t, eng.Commit(context.Background(), d, core.Response{}))
+	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{}))
 	r := decide(t, eng, request("k", payBody))
 	require.Equal(t, core.Replay, r.Outcome)
 	assert.Equal(t, http.StatusOK, r.Response.Status)
@@ -532,7 +535,7 @@ func TestCommitEmptyResponse(t *testing.T) {
 
 func TestNotRetained(t *testing.T) {
 	eng := newEngine(t, memstore.New())
-	for name, resp := range map[string]core.Response{
+	for name, resp := range map[string]adapterkit.Response{
 		"streamed":  {Status: 200, Body: []byte("partial"), Streamed: true},
 		"truncated": {Status: 201, Body: []byte("head"), Truncated: true},
 	} {
@@ -546,7 +549,7 @@ func TestNotRetained(t *testing.T) {
 	}
 	t.Run("streamed 5xx stays retryable", func(t *testing.T) {
 		d := proceed(t, eng, request("s5", payBody))
-		require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: 502, Streamed: true}))
+		require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: 502, Streamed: true}))
 		d = proceed(t, eng, request("s5", payBody))
 		require.NoError(t, eng.Abort(context.Background(), d, nil))
 	})
@@ -601,7 +604,7 @@ func TestCommitAbortDetached(t *testing.T) {
 
 	// Nothing written and the client gone: no result, the key is released.
 	d = proceed(t, eng, request("gone", payBody))
-	require.NoError(t, eng.Commit(cancelled, d, core.Response{}))
+	require.NoError(t, eng.Commit(cancelled, d, adapterkit.Response{}))
 	d = proceed(t, eng, request("gone", payBody))
 	require.NoError(t, eng.Abort(context.Background(), d, nil))
 
@@ -633,7 +636,7 @@ type slowCompleteStore struct {
 	sawDeadline *atomic.Bool
 }
 
-func (s *slowCompleteStore) Complete(ctx context.Context, f core.Fence, r core.StoredResponse) error {
+func (s *slowCompleteStore) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
 	_, ok := ctx.Deadline()
 	s.sawDeadline.Store(ok)
 	if l, ok := core.LeaseFromContext(ctx); !ok || l.Fence() != f {
@@ -673,7 +676,7 @@ func TestDecisionContext(t *testing.T) {
 	// Non-Proceed decisions hand the parent back untouched.
 	r := decide(t, eng, request("ctx-key", payBody))
 	assert.Equal(t, parent, r.Context(parent))
-	assert.Equal(t, core.Fence{}, r.Fence())
+	assert.Equal(t, storekit.Fence{}, r.Fence())
 	_, ok = core.KeyFromContext(parent)
 	assert.False(t, ok)
 	var nilD *core.Decision
@@ -682,14 +685,14 @@ func TestDecisionContext(t *testing.T) {
 
 func TestRelayKey(t *testing.T) {
 	relay := func(scope, key, label string) string {
-		ctx := core.ContextWithLease(context.Background(), core.NewLease(nil, core.Fence{Scope: scope, Key: key, Token: 1}))
+		ctx := storetest.ContextWithLease(context.Background(), storetest.NewLease(nil, storekit.Fence{Scope: scope, Key: key, Token: 1}))
 		return core.RelayKey(ctx, label)
 	}
 	base := relay("s", "k", "stripe")
 	assert.True(t, strings.HasPrefix(base, "idem_"), base)
 	assert.Equal(t, base, relay("s", "k", "stripe"), "deterministic")
 	// The token does not matter: a takeover relays the same key.
-	ctx := core.ContextWithLease(context.Background(), core.NewLease(nil, core.Fence{Scope: "s", Key: "k", Token: 99}))
+	ctx := storetest.ContextWithLease(context.Background(), storetest.NewLease(nil, storekit.Fence{Scope: "s", Key: "k", Token: 99}))
 	assert.Equal(t, base, core.RelayKey(ctx, "stripe"))
 	seen := map[string]string{base: "base"}
 	for name, k := range map[string]string{
@@ -718,7 +721,7 @@ func TestRelayKey(t *testing.T) {
 	rec, err := eng.Store().Get(context.Background(), "s", "k")
 	require.NoError(t, err)
 	assert.Equal(t, eng.RelayKeyOf(rec, "stripe"), first, "the relay key of the record (relaykey_test.go)")
-	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: 502}))
+	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: 502}))
 	req.Body = strings.NewReader(payBody)
 	d = proceed(t, eng, req)
 	assert.Equal(t, first, core.RelayKey(d.Context(context.Background()), "stripe"))
@@ -885,7 +888,7 @@ func TestProblemResponses(t *testing.T) {
 	assert.Equal(t, "1", ce.Header.Get("Retry-After"))
 	ce = eng.CommitErrorResponse(core.ErrLeaseLost)
 	assert.Equal(t, 409, ce.Status)
-	ce = eng.CommitErrorResponse(errors.Join(errors.New("store: complete"), core.ErrNotCommitted))
+	ce = eng.CommitErrorResponse(errors.Join(errors.New("store: complete"), storekit.ErrNotCommitted))
 	assert.Equal(t, 500, ce.Status)
 	require.NoError(t, json.Unmarshal(ce.Body, &p))
 	assert.Equal(t, "https://example.com/errors/handler-error", p.Type)
@@ -941,7 +944,7 @@ func TestObserver(t *testing.T) {
 	require.NoError(t, eng.Commit(ctx, d, created("x")))
 	decide(t, eng, request("k", payBody))
 	d = proceed(t, eng, request("k2", payBody))
-	require.NoError(t, eng.Commit(ctx, d, core.Response{Status: 500}))
+	require.NoError(t, eng.Commit(ctx, d, adapterkit.Response{Status: 500}))
 	d = proceed(t, eng, request("k2", payBody))
 	require.NoError(t, eng.Abort(ctx, d, nil))
 	mu.Lock()
@@ -949,7 +952,8 @@ func TestObserver(t *testing.T) {
 	assert.Equal(t, []string{"bypass", "rejected", "claim", "conflict", "mismatch", "commit", "replay", "claim", "fail", "claim", "abort"}, kinds)
 }
 
-// core must stay standard-library only.
+// core must stay standard-library only (its own kits, which import only the
+// standard library themselves, aside).
 func TestCoreDependsOnStdlibOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -960,7 +964,7 @@ func TestCoreDependsOnStdlibOnly(t *testing.T) {
 	require.Contains(t, pkgs, "github.com/idemkit/idem/core")
 	require.Contains(t, pkgs, "net/http", "sanity: the list holds the standard library")
 	for _, p := range pkgs {
-		if p == "github.com/idemkit/idem/core" {
+		if p == "github.com/idemkit/idem/core" || strings.HasPrefix(p, "github.com/idemkit/idem/core/") {
 			continue
 		}
 		first, _, _ := strings.Cut(p, "/")
@@ -1005,7 +1009,7 @@ func TestNewConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	assert.Contains(t, core.DefaultReplayHeaders, "Content-Type")
+	assert.Contains(t, core.DefaultReplayHeaders(), "Content-Type")
 }
 
 // One key reused on another resource under the same route template
@@ -1055,4 +1059,23 @@ func TestWaitWithNilWatcherPolls(t *testing.T) {
 	// would make thousands.
 	assert.Less(t, s.claims.Load(), int64(20))
 	require.NoError(t, eng.Abort(context.Background(), first, nil))
+}
+
+// The kits core imports never import core (no cycle can form as they grow)
+// and need only the standard library.
+func TestKitsDependOnStdlibOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	for _, kit := range []string{"adapterkit", "storekit", "internal/leasehook"} {
+		out, err := exec.Command("go", "list", "-deps", "github.com/idemkit/idem/core/"+kit).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		for _, p := range strings.Fields(string(out)) {
+			if strings.HasPrefix(p, "github.com/idemkit/idem/core/") {
+				continue
+			}
+			first, _, _ := strings.Cut(p, "/")
+			assert.NotContains(t, first, ".", "core/%s depends on %s", kit, p)
+		}
+	}
 }

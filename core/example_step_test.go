@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
@@ -18,15 +19,15 @@ func ExampleStep() {
 		panic(err)
 	}
 	calls := 0
-	handler := func(ctx context.Context, bookingWorks bool) core.Response {
+	handler := func(ctx context.Context, bookingWorks bool) adapterkit.Response {
 		charge, err := core.StepJSON(ctx, "charge", func(ctx context.Context) (string, error) {
 			calls++ // the provider call, with core.RelayKey(ctx, "charge") as its key
 			return "ch_1", nil
 		})
 		if err != nil || !bookingWorks {
-			return core.Response{Status: http.StatusServiceUnavailable} // retryable
+			return adapterkit.Response{Status: http.StatusServiceUnavailable} // retryable
 		}
-		return core.Response{Status: http.StatusCreated, Body: []byte(charge)}
+		return adapterkit.Response{Status: http.StatusCreated, Body: []byte(charge)}
 	}
 	for _, bookingWorks := range []bool{false, true} {
 		ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
@@ -39,7 +40,7 @@ func Example() {
 		}
 		runs++
 		result := fmt.Sprintf("invoice %d sent", runs)
-		if err := eng.Commit(d.Context(ctx), d, core.Response{Status: http.StatusCreated, Body: []byte(result)}); err != nil {
+		if err := eng.Commit(d.Context(ctx), d, adapterkit.Response{Status: http.StatusCreated, Body: []byte(result)}); err != nil {
 			return http.StatusServiceUnavailable, core.ProblemStoreUnavailable
 		}
 		return http.StatusCreated, result

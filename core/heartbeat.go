@@ -145,7 +145,7 @@ func (d *Decision) heartbeatLoop() {
 		sent := e.cfg.now()
 		// A renewal still pending when the lease runs out is too late.
 		timeout := min(interval, lease-sent.Sub(lastOK))
-		ctx, cancel := context.WithTimeout(ContextWithLease(context.Background(), d.lease), timeout)
+		ctx, cancel := context.WithTimeout(contextWithLease(context.Background(), d.lease), timeout)
 		o.mu.Lock()
 		if o.finished { // Commit or Abort began: no more renewals
 			o.mu.Unlock()

@@ -14,7 +14,9 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // A slow owner that is still alive keeps its lease: the heartbeat extends
@@ -60,7 +62,7 @@ func TestDeadOwnerTakenOver(t *testing.T) {
 		const lease = 200 * time.Millisecond
 		mem := memstore.New()
 		// The dead instance: its heartbeats never reach the store.
-		dead := newEngine(t, &faultStore{Store: mem, heartbeat: func(context.Context, core.Fence, time.Duration) error { return nil }}, core.WithLease(lease))
+		dead := newEngine(t, &faultStore{Store: mem, heartbeat: func(context.Context, storekit.Fence, time.Duration) error { return nil }}, core.WithLease(lease))
 		alive := newEngine(t, mem, core.WithLease(lease))
 
 		zombie := proceed(t, dead, request("k", payBody))
@@ -92,7 +94,7 @@ func TestDeadOwnerTakenOver(t *testing.T) {
 			heir = decide(t, alive, request("k2", payBody))
 			return heir.Outcome == core.Proceed
 		}, 3*time.Second, 20*time.Millisecond)
-		require.ErrorIs(t, dead.Commit(context.Background(), zombie, core.Response{Status: 500}), core.ErrLeaseLost)
+		require.ErrorIs(t, dead.Commit(context.Background(), zombie, adapterkit.Response{Status: 500}), core.ErrLeaseLost)
 		require.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
 		requireProblem(t, decide(t, alive, request("k2", payBody)), http.StatusConflict, core.ProblemInFlight)
 		require.NoError(t, alive.Commit(context.Background(), heir, created("heir2")))
@@ -108,7 +110,7 @@ func TestHeartbeatLeaseLostCancelsHandler(t *testing.T) {
 		mem := memstore.New()
 		var stalled atomic.Bool
 		stalled.Store(true)
-		owner := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+		owner := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f storekit.Fence, d time.Duration) error {
 			if stalled.Load() {
 				return nil // the heartbeat is lost on the way
 			}
@@ -150,7 +152,7 @@ func TestHeartbeatFailingForWholeLease(t *testing.T) {
 		const lease = 300 * time.Millisecond
 		var mu sync.Mutex
 		var events []core.Event
-		eng := newEngine(t, &faultStore{Store: memstore.New(), heartbeat: func(context.Context, core.Fence, time.Duration) error {
+		eng := newEngine(t, &faultStore{Store: memstore.New(), heartbeat: func(context.Context, storekit.Fence, time.Duration) error {
 			return errors.New("store unreachable")
 		}}, core.WithLease(lease), core.WithObserver(func(ev core.Event) {
 			mu.Lock()
@@ -188,7 +190,7 @@ func TestHeartbeatTransientError(t *testing.T) {
 		const lease = 300 * time.Millisecond
 		mem := memstore.New()
 		var calls atomic.Int64
-		eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+		eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f storekit.Fence, d time.Duration) error {
 			if calls.Add(1)%2 == 1 {
 				return errors.New("blip")
 			}

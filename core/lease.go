@@ -6,13 +6,16 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/internal/leasehook"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Lease is the ownership of one execution, carried by the handler's context
 // (see Decision.Context). Stores use it to attach per-execution resources,
 // such as pgstore's business transaction, that Commit or Abort later finish.
 type Lease struct {
-	fence Fence
+	fence storekit.Fence
 	store Store
 	// fresh: the claim created the record, so it has no steps (step.go).
 	fresh bool
@@ -32,7 +35,7 @@ type Lease struct {
 }
 
 // Fence returns the (scope, key, token) this lease owns.
-func (l *Lease) Fence() Fence { return l.fence }
+func (l *Lease) Fence() storekit.Fence { return l.fence }
 
 // Store returns the store that granted the lease.
 func (l *Lease) Store() Store { return l.store }
@@ -86,17 +89,14 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	return l, ok && l != nil
 }
 
-// ContextWithLease returns ctx carrying l. Adapters do not need it
-// (Decision.Context does it); it exists for stores' and adapters' tests.
-func ContextWithLease(ctx context.Context, l *Lease) context.Context {
-	return context.WithValue(ctx, leaseCtxKey{}, l)
+// Store tests build leases through core/storetest (NewLease,
+// ContextWithLease); the engine builds its own.
+func init() {
+	leasehook.New = func(s storekit.Store, f storekit.Fence) any { return &Lease{fence: f, store: s} }
+	leasehook.WithLease = func(ctx context.Context, l any) context.Context {
+		return contextWithLease(ctx, l.(*Lease))
+	}
 }
-
-// NewLease builds a lease for tests of stores that attach resources to it.
-// The engine builds its own. It names no record, so RelayKey derives from
-// (scope, key) and an empty incarnation; Engine.RelayKeyOf gives the key
-// the engine relays for a record.
-func NewLease(s Store, f Fence) *Lease { return &Lease{fence: f, store: s} }
 
 // KeyFromContext returns the idempotency key of the request the handler is
 // serving, as the client sent it (decoded), and whether there is one.
@@ -119,7 +119,7 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 //
 // Because the key names the record, the record must survive a crash before
 // the key leaves: with a store whose claims may not yet be durable
-// (ClaimSyncer: pgstore in transactional mode), the first RelayKey of an
+// (storekit.ClaimSyncer: pgstore in transactional mode), the first RelayKey of an
 // execution makes the claim durable (one round trip); if that fails, ctx is
 // cancelled with the cause, so a provider call made with it fails too.
 //
@@ -137,24 +137,11 @@ func RelayKey(ctx context.Context, label string) string {
 	return relayKeyV2(l.fence.Scope, l.fence.Key, l.born, l.fp, label)
 }
 
-// ClaimSyncer is implemented by stores whose claims may not be durable when
-// Claim returns (pgstore in transactional mode commits them without waiting
-// for their WAL flush: a crash loses a lock, never a fact). A relay key
-// names its record's incarnation, so once a provider has seen one, the
-// record is a fact: were it lost, the retry would create another record and
-// relay another key, and the provider would charge twice. RelayKey
-// therefore asks the store, before the first key of an execution leaves,
-// to make the claim durable. SyncClaim returns an error wrapping
-// ErrLeaseLost when f no longer owns the record.
-type ClaimSyncer interface {
-	SyncClaim(ctx context.Context, f Fence) error
-}
-
 // syncClaim makes the lease's claim durable (ClaimSyncer). When it cannot,
 // the handler's context is cancelled with the cause, so a provider call
 // made with it fails instead of charging under a key a crash could orphan.
 func (l *Lease) syncClaim(ctx context.Context) {
-	s, ok := StoreAs[ClaimSyncer](l.store)
+	s, ok := storekit.As[storekit.ClaimSyncer](l.store)
 	if !ok {
 		return
 	}
@@ -166,7 +153,7 @@ func (l *Lease) syncClaim(ctx context.Context) {
 // RelayKeyOf returns the relay key RelayKey gives, under label, to the
 // handler of every execution of r: for operators matching a record with
 // the provider's records (which charge did this key make?), and for tests.
-func (e *Engine) RelayKeyOf(r Record, label string) string {
+func (e *Engine) RelayKeyOf(r storekit.Record, label string) string {
 	if e.legacyRelay(r.CreatedAt) {
 		return relayKeyV1(r.Scope, r.Key, label)
 	}
@@ -344,4 +331,9 @@ func (c *commitCtx) cancelLocked(err error) {
 		go a.f()
 	}
 	c.afters = nil
+}
+
+// contextWithLease returns ctx carrying l.
+func contextWithLease(ctx context.Context, l *Lease) context.Context {
+	return context.WithValue(ctx, leaseCtxKey{}, l)
 }

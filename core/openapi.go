@@ -174,11 +174,11 @@ func (p Policy) extension() map[string]any {
 		"keyRequired":         p.KeyRequired,
 		"methods":             strSlice(p.Methods),
 		"keyMaxBytes":         p.MaxKeyBytes,
-		"retention":           ISO8601Duration(p.Retention),
+		"retention":           iso8601Duration(p.Retention),
 		"retentionSeconds":    p.Retention.Seconds(),
-		"lease":               ISO8601Duration(p.Lease),
+		"lease":               iso8601Duration(p.Lease),
 		"leaseSeconds":        p.Lease.Seconds(),
-		"inFlightWait":        ISO8601Duration(p.Wait),
+		"inFlightWait":        iso8601Duration(p.Wait),
 		"inFlightWaitSeconds": p.Wait.Seconds(),
 		"replayedHeader":      ReplayedHeader,
 		"replayHeaders":       strSlice(p.ReplayHeaders),
@@ -322,11 +322,11 @@ func (f *OpenAPIFragment) Document(title, version string) map[string]any {
 	return doc
 }
 
-// ISO8601Duration writes d as an ISO 8601 duration ("PT24H", "PT1M30S",
+// iso8601Duration writes d as an ISO 8601 duration ("PT24H", "PT1M30S",
 // "PT0.5S"), the form the IETF draft's expiry and OpenAPI tooling read.
-func ISO8601Duration(d time.Duration) string {
+func iso8601Duration(d time.Duration) string {
 	if d < 0 {
-		return "-" + ISO8601Duration(-d)
+		return "-" + iso8601Duration(-d)
 	}
 	if d == 0 {
 		return "PT0S"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,8 +43,13 @@ func DefaultOutcomePolicy(status int) Class {
 	return Retryable
 }
 
-// DefaultReplayHeaders is the response header allow-list kept for replay.
-var DefaultReplayHeaders = []string{
+// DefaultReplayHeaders returns the default response header allow-list kept
+// for replay (WithReplayHeaders), a new slice on each call.
+func DefaultReplayHeaders() []string { return slices.Clone(defaultReplayHeaders) }
+
+// defaultReplayHeaders is DefaultReplayHeaders' list, shared by every
+// engine's default config: New canonicalises a copy.
+var defaultReplayHeaders = []string{
 	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location", "Content-Disposition", "Vary",
 	"Location", "ETag", "Last-Modified", "Link", "Preference-Applied",
 }
@@ -100,7 +106,7 @@ func defaultConfig() config {
 		maxRequest:    1 << 20,
 		maxResponse:   1 << 20,
 		policy:        DefaultOutcomePolicy,
-		replayHeaders: DefaultReplayHeaders,
+		replayHeaders: defaultReplayHeaders,
 		scope:         requestScope,
 		defaultScope:  true,
 		waitPoll:      20 * time.Millisecond,
@@ -172,7 +178,7 @@ func WithOutcomePolicy(p func(status int) Class) Option {
 
 // WithReplayHeaders replaces the response header allow-list kept for replay.
 // Set-Cookie, Date, Authorization-related and hop-by-hop headers are refused
-// by New. Default: DefaultReplayHeaders.
+// by New. Default: DefaultReplayHeaders().
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) { c.replayHeaders = append([]string(nil), names...) })
 }

@@ -129,7 +129,7 @@ var problemWhen = map[string]string{
 // where the key is required.
 func (p Policy) publishedProblems() []problemSpec {
 	var out []problemSpec
-	for _, info := range Problems() {
+	for _, info := range problems {
 		switch {
 		case info.Name == ProblemCanceled:
 			continue

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // ProblemBaseURI prefixes the `type` of every problem idem writes. The URIs
@@ -34,15 +36,15 @@ const (
 // failure and not a store outage.
 const StatusClientClosedRequest = 499
 
-// ProblemInfo is one row of the problem table.
-type ProblemInfo struct {
+// problemRow is one row of the problem table.
+type problemRow struct {
 	Name   string // e.g. ProblemInFlight
 	Status int
 	Title  string
 }
 
 // problems is the one problem name -> status/title table.
-var problems = []ProblemInfo{
+var problems = []problemRow{
 	{ProblemMissingKey, http.StatusBadRequest, "Idempotency key missing"},
 	{ProblemInvalidKey, http.StatusBadRequest, "Idempotency key invalid"},
 	{ProblemPayloadMismatch, http.StatusUnprocessableEntity, "Idempotency key reused with a different request"},
@@ -57,27 +59,19 @@ var problems = []ProblemInfo{
 	{ProblemCanceled, StatusClientClosedRequest, "Request canceled"},
 }
 
-var problemIndex = func() map[string]ProblemInfo {
-	m := make(map[string]ProblemInfo, len(problems))
+var problemIndex = func() map[string]problemRow {
+	m := make(map[string]problemRow, len(problems))
 	for _, p := range problems {
 		m[p.Name] = p
 	}
 	return m
 }()
 
-// LookupProblem returns the status and title of a problem name, so that a
-// non-HTTP adapter (gRPC, a job runner) can map a Decision without parsing
-// its body.
-func LookupProblem(name string) (ProblemInfo, bool) {
-	p, ok := problemIndex[name]
-	return p, ok
-}
-
-// Problems returns the problem table, in a stable order (for documentation
-// such as an OpenAPI description).
-func Problems() []ProblemInfo { return append([]ProblemInfo(nil), problems...) }
-
-// Problem is an RFC 9457 problem detail.
+// Problem is an RFC 9457 problem detail: the body of every refusal or
+// failure idem answers (application/problem+json). Its Type is a problem
+// name (ProblemInFlight, ...) under ProblemBaseURI (or WithProblemBaseURI);
+// Decision.Problem and Event.Problem carry the bare name, and
+// LookupProblem gives the Problem a name stands for.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -85,17 +79,46 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// ProblemResponse builds the problem+json response for a problem name.
+// LookupProblem returns the problem a name stands for (Decision.Problem,
+// Event.Problem), with its status and title and Type under ProblemBaseURI,
+// so that a non-HTTP adapter (gRPC, a job runner) can map a Decision
+// without parsing its body.
+func LookupProblem(name string) (Problem, bool) {
+	r, ok := problemIndex[name]
+	if !ok {
+		return Problem{}, false
+	}
+	return r.problem(ProblemBaseURI, 0, ""), true
+}
+
+// Problems returns every problem idem answers, in a stable order (for
+// documentation such as an OpenAPI description).
+func Problems() []Problem {
+	out := make([]Problem, len(problems))
+	for i, r := range problems {
+		out[i] = r.problem(ProblemBaseURI, 0, "")
+	}
+	return out
+}
+
+// problem is the row as a Problem under base; status 0 is the row's.
+func (r problemRow) problem(base string, status int, detail string) Problem {
+	if status == 0 {
+		status = r.Status
+	}
+	return Problem{Type: base + r.Name, Title: r.Title, Status: status, Detail: detail}
+}
+
+// problemResponse builds the problem+json response for a problem name.
 // status 0 takes the status from the problem table.
-func ProblemResponse(base, name string, status int, detail string) *Response {
+func problemResponse(base, name string, status int, detail string) *adapterkit.Response {
 	if base == "" {
 		base = ProblemBaseURI
 	}
-	info := problemIndex[name]
-	if status == 0 {
-		status = info.Status
-	}
-	p := Problem{Type: base + name, Title: info.Title, Status: status, Detail: detail}
+	r := problemIndex[name]
+	r.Name = name
+	p := r.problem(base, status, detail)
+	status = p.Status
 	body, err := json.Marshal(p)
 	if err != nil { // cannot happen with these field types; keep a valid body anyway
 		body = []byte(`{"status":` + strconv.Itoa(status) + `}`)
@@ -103,15 +126,15 @@ func ProblemResponse(base, name string, status int, detail string) *Response {
 	h := make(http.Header, 3)
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
-	return &Response{Status: status, Header: h, Body: body}
+	return &adapterkit.Response{Status: status, Header: h, Body: body}
 }
 
-// Problem builds the engine's problem response for name (status from the
+// problem builds the engine's problem response for name (status from the
 // table, type under WithProblemBaseURI). Answers that invite a retry
 // (in-flight, store-unavailable) carry Retry-After from
 // WithRetryAfter.
-func (e *Engine) Problem(name, detail string) *Response {
-	r := ProblemResponse(e.cfg.problemBaseURI, name, 0, detail)
+func (e *Engine) problem(name, detail string) *adapterkit.Response {
+	r := problemResponse(e.cfg.problemBaseURI, name, 0, detail)
 	switch name {
 	case ProblemInFlight, ProblemStoreUnavailable:
 		r.Header.Set("Retry-After", strconv.FormatInt(e.retryAfterSeconds(), 10))
@@ -124,9 +147,9 @@ func (e *Engine) retryAfterSeconds() int64 {
 	return max(int64((e.cfg.retryAfter+time.Second-1)/time.Second), 1)
 }
 
-// PanicResponse is the 500 problem answered when the handler panicked
+// panicResponse is the 500 problem answered when the handler panicked
 // before its response went out. The key is released (Abort) so the client
 // may retry.
-func (e *Engine) PanicResponse() *Response {
-	return e.Problem(ProblemHandlerPanic, "the request failed; it was not completed and may be retried with the same key")
+func (e *Engine) panicResponse() *adapterkit.Response {
+	return e.problem(ProblemHandlerPanic, "the request failed; it was not completed and may be retried with the same key")
 }

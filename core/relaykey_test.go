@@ -13,7 +13,10 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 )
 
 // Relay keys are per record: the same for every attempt at one record (a
@@ -42,7 +45,7 @@ func (c *relayClock) Advance(d time.Duration) {
 // silentOwner swallows heartbeats: its owner looks dead to the store.
 type silentOwner struct{ core.Store }
 
-func (silentOwner) Heartbeat(context.Context, core.Fence, time.Duration) error { return nil }
+func (silentOwner) Heartbeat(context.Context, storekit.Fence, time.Duration) error { return nil }
 
 func relayReq(scope, key, body string) core.Request {
 	return core.Request{Method: http.MethodPost, Route: "/pay", Target: "/pay", Scope: scope,
@@ -71,19 +74,19 @@ func TestRelayKeyPerRecord(t *testing.T) {
 	ctx := context.Background()
 
 	d, first := proceedRelay(t, eng, relayReq("u1", "k1", body))
-	require.NoError(t, eng.Commit(ctx, d, core.Response{Status: http.StatusBadGateway}))
+	require.NoError(t, eng.Commit(ctx, d, adapterkit.Response{Status: http.StatusBadGateway}))
 
 	clock.Advance(time.Minute)
 	d, relay := proceedRelay(t, eng, relayReq("u1", "k1", body))
 	assert.Equal(t, first, relay, "a retry after a failure relays the first attempt's key")
-	require.NoError(t, eng.Commit(ctx, d, core.Response{Status: http.StatusBadGateway}))
+	require.NoError(t, eng.Commit(ctx, d, adapterkit.Response{Status: http.StatusBadGateway}))
 
 	zombie, relay := proceedRelay(t, dead, relayReq("u1", "k1", body))
 	assert.Equal(t, first, relay, "another engine taking the failed record over")
 	clock.Advance(2 * lease) // the owner died: its lease lapses
 	d, relay = proceedRelay(t, eng, relayReq("u1", "k1", body))
 	assert.Equal(t, first, relay, "a takeover after the owner died relays the first attempt's key")
-	assert.ErrorIs(t, dead.Commit(ctx, zombie, core.Response{Status: http.StatusCreated}), core.ErrLeaseLost)
+	assert.ErrorIs(t, dead.Commit(ctx, zombie, adapterkit.Response{Status: http.StatusCreated}), core.ErrLeaseLost)
 	require.NoError(t, eng.Commit(ctx, d, created(`{"id":"pay_1"}`)))
 	assert.Equal(t, core.Replay, decide(t, eng, relayReq("u1", "k1", body)).Outcome)
 
@@ -100,7 +103,7 @@ func TestRelayKeyPerRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	_, err = store.Get(ctx, "u1", "k1")
-	require.True(t, errors.Is(err, core.ErrNotFound), "purged: %v", err)
+	require.True(t, errors.Is(err, storekit.ErrNotFound), "purged: %v", err)
 	d, third := proceedRelay(t, eng, relayReq("u1", "k1", body))
 	assert.NotEqual(t, first, third, "a new record after a purge")
 	assert.NotEqual(t, second, third, "a new record after a purge")
@@ -150,7 +153,7 @@ func TestRelayKeyGolden(t *testing.T) {
 		})
 	}
 	// A lease that names no record (NewLease, for stores' tests).
-	ctx := core.ContextWithLease(t.Context(), core.NewLease(nil, core.Fence{Scope: "u1", Key: "k1", Token: 3}))
+	ctx := storetest.ContextWithLease(t.Context(), storetest.NewLease(nil, storekit.Fence{Scope: "u1", Key: "k1", Token: 3}))
 	assert.Equal(t, "idem_eaf6f2812924b7bee1455d2a32d4494152bed708", core.RelayKey(ctx, "charge"))
 }
 
@@ -169,7 +172,7 @@ func TestRelayKeyLegacyBefore(t *testing.T) {
 
 	d, relay := proceedRelay(t, eng, relayReq("u1", "k1", body))
 	assert.Equal(t, v1Relay, relay, "created before the cut-over: the earlier releases' key")
-	require.NoError(t, eng.Commit(ctx, d, core.Response{Status: http.StatusBadGateway}))
+	require.NoError(t, eng.Commit(ctx, d, adapterkit.Response{Status: http.StatusBadGateway}))
 
 	clock.Advance(2 * time.Hour) // past the cut-over; the record is still live
 	d, relay = proceedRelay(t, eng, relayReq("u1", "k1", body))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // When the owner cannot renew its lease, its handler must be stopped no
@@ -30,12 +31,12 @@ func TestReviewHeartbeatLossNoLaterThanTakeover(t *testing.T) {
 		var hbCalls atomic.Int64
 		owner := newEngine(t, &faultStore{
 			Store: mem,
-			claim: func(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+			claim: func(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 				res, err := mem.Claim(ctx, r)
 				time.Sleep(claimReply) // the reply is slow to come back
 				return res, err
 			},
-			heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+			heartbeat: func(ctx context.Context, f storekit.Fence, d time.Duration) error {
 				if hbCalls.Add(1) == 1 && hbReply > 0 {
 					err := mem.Heartbeat(ctx, f, d) // applied at once...
 					time.Sleep(hbReply)             // ...acknowledged late
@@ -87,7 +88,7 @@ func TestReviewCommitDoesNotWaitForStuckHeartbeat(t *testing.T) {
 		const lease = 3 * time.Second
 		mem := memstore.New()
 		started := make(chan struct{}, 1)
-		eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f core.Fence, d time.Duration) error {
+		eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f storekit.Fence, d time.Duration) error {
 			select {
 			case started <- struct{}{}:
 			default:

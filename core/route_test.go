@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 func TestCanonicalRoute(t *testing.T) {
@@ -65,13 +67,17 @@ func TestFingerprintGoldenCanonicalRoutes(t *testing.T) {
 
 func TestProblemTable(t *testing.T) {
 	for _, p := range core.Problems() {
-		info, ok := core.LookupProblem(p.Name)
-		if !ok || info.Status == 0 || info.Title == "" {
-			t.Errorf("problem %q: %+v %v", p.Name, info, ok)
+		name, ok := strings.CutPrefix(p.Type, core.ProblemBaseURI)
+		if !ok {
+			t.Errorf("problem %q: type not under %s", p.Type, core.ProblemBaseURI)
 		}
-		r := core.ProblemResponse("", p.Name, 0, "d")
+		info, ok := core.LookupProblem(name)
+		if !ok || info != p || info.Status == 0 || info.Title == "" || info.Detail != "" {
+			t.Errorf("problem %q: %+v %v", name, info, ok)
+		}
+		r := core.ProblemResponse("", name, 0, "d")
 		if r.Status != info.Status {
-			t.Errorf("problem %q: response status %d, table %d", p.Name, r.Status, info.Status)
+			t.Errorf("problem %q: response status %d, table %d", name, r.Status, info.Status)
 		}
 	}
 	if _, ok := core.LookupProblem("nope"); ok {
@@ -133,8 +139,8 @@ func TestLegacyRouteRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	legacy := func(key string) core.ClaimRequest {
-		return core.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: "POST /pay",
+	legacy := func(key string) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: "POST /pay",
 			Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: "POST /pay", Target: "/pay", Body: []byte("{}")}),
 			Lease:       time.Second, Retention: time.Hour}
 	}
@@ -147,8 +153,8 @@ func TestLegacyRouteRecord(t *testing.T) {
 	if err != nil || !res.Claimed {
 		t.Fatal(res, err)
 	}
-	f := core.Fence{Scope: "u", Key: "done", Token: res.Record.Token}
-	if err := store.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
+	f := storekit.Fence{Scope: "u", Key: "done", Token: res.Record.Token}
+	if err := store.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := eng.Decide(ctx, req("done"))
@@ -157,14 +163,14 @@ func TestLegacyRouteRecord(t *testing.T) {
 	}
 	// Failed under the old route: taken over by the retry.
 	res, _ = store.Claim(ctx, legacy("failed"))
-	if err := store.Fail(ctx, core.Fence{Scope: "u", Key: "failed", Token: res.Record.Token}); err != nil {
+	if err := store.Fail(ctx, storekit.Fence{Scope: "u", Key: "failed", Token: res.Record.Token}); err != nil {
 		t.Fatal(err)
 	}
 	d, err = eng.Decide(ctx, req("failed"))
 	if err != nil || d.Outcome != core.Proceed {
 		t.Fatalf("failed legacy record: %v %v %q, want proceed", d.Outcome, err, d.Problem)
 	}
-	if err := eng.Commit(ctx, d, core.Response{Status: 201, Body: []byte("new")}); err != nil {
+	if err := eng.Commit(ctx, d, adapterkit.Response{Status: 201, Body: []byte("new")}); err != nil {
 		t.Fatal(err)
 	}
 	// Another body under the same key is still a mismatch.
@@ -187,13 +193,13 @@ func TestLegacyEscapedRouteRecord(t *testing.T) {
 	}
 	ctx := t.Context()
 	seed := func(key, route string) {
-		res, err := store.Claim(ctx, core.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
+		res, err := store.Claim(ctx, storekit.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
 			Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: route, Target: "/v1/things:batch", Body: []byte("{}")}),
 			Lease:       time.Second, Retention: time.Hour})
 		if err != nil || !res.Claimed {
 			t.Fatal(res, err)
 		}
-		if err := store.Complete(ctx, core.Fence{Scope: "u", Key: key, Token: res.Record.Token}, core.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
+		if err := store.Complete(ctx, storekit.Fence{Scope: "u", Key: key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
@@ -33,7 +34,7 @@ func TestRouteIsPathNotInEvents(t *testing.T) {
 		if err != nil || d.Outcome != core.Proceed {
 			t.Fatalf("%s: %v %v", c.route, d.Outcome, err)
 		}
-		if err := eng.Commit(t.Context(), d, core.Response{Status: http.StatusCreated}); err != nil {
+		if err := eng.Commit(t.Context(), d, adapterkit.Response{Status: http.StatusCreated}); err != nil {
 			t.Fatal(err)
 		}
 		rq.Header = http.Header{}

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // TestRetryAfterOption: every answer that invites a retry carries the
@@ -19,7 +21,7 @@ func TestRetryAfterOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, r := range map[string]*core.Response{
+	for name, r := range map[string]*adapterkit.Response{
 		"lease lost":        eng.CommitErrorResponse(core.ErrLeaseLost),
 		"commit failure":    eng.CommitErrorResponse(errors.New("connection reset")),
 		"store unavailable": eng.Problem(core.ProblemStoreUnavailable, "x"),
@@ -37,9 +39,9 @@ func TestRetryAfterOption(t *testing.T) {
 // cancelled.
 type cancelStore struct{ core.Store }
 
-func (s cancelStore) Claim(ctx context.Context, _ core.ClaimRequest) (core.ClaimResult, error) {
+func (s cancelStore) Claim(ctx context.Context, _ storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	<-ctx.Done()
-	return core.ClaimResult{}, ctx.Err()
+	return storekit.ClaimResult{}, ctx.Err()
 }
 
 // TestCanceledIsNotStoreUnavailable: a client that goes away before the

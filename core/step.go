@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Recovery points (steps).
@@ -39,10 +41,10 @@ const stepSaveTimeout = 5 * time.Second
 // Errors returned by Step besides the function's own and the store's.
 var (
 	// ErrStepsUnsupported: the handler runs under a lease granted by a
-	// store that does not implement StepStore. Step refuses to run the
+	// store that does not implement storekit.StepStore. Step refuses to run the
 	// function rather than run it unprotected (a takeover would repeat it).
 	// WithStepsRequired reports it when the engine is built instead.
-	ErrStepsUnsupported = errors.New("idem: the store does not keep steps (it does not implement core.StepStore)")
+	ErrStepsUnsupported = errors.New("idem: the store does not keep steps (it does not implement storekit.StepStore)")
 	// ErrStepTooLarge: the function succeeded but its result exceeds
 	// MaxStepBytes, so it was not stored. The effect happened and a retry
 	// will run it again.
@@ -52,42 +54,14 @@ var (
 	ErrStepName = errors.New("idem: invalid step name")
 )
 
-// StepStore is an optional Store capability that keeps the results of a
-// handler's steps (see Step), as Watcher is for waking waiters. Stores that
-// implement it pass the "Steps" cases of core/storetest.
-//
-// Steps belong to one incarnation of a record: they survive a takeover
-// (failed, or processing with a lapsed lease) and are never returned once
-// the key is new again after retention. A store may drop them when the
-// record completes (no one can take a completed record over).
-type StepStore interface {
-	// LoadSteps returns the results stored for the steps of the record f
-	// owns, by step name (an empty map when there are none), only if f
-	// still owns the processing record; otherwise an error wrapping
-	// ErrLeaseLost.
-	LoadSteps(ctx context.Context, f Fence) (map[string][]byte, error)
-	// SaveStep stores result under name for the record f owns, replacing
-	// a result of that name, only if f still owns the processing record;
-	// otherwise an error wrapping ErrLeaseLost, and nothing changes. The
-	// write is durable when SaveStep returns, on its own, outside any
-	// transaction the handler's business writes use: it records an effect
-	// that happened outside them. The store keeps a copy of result.
-	SaveStep(ctx context.Context, f Fence, name string, result []byte) error
-}
-
-// StepsSupported reports whether s keeps steps: s implements StepStore, or
-// wraps a store that does and exposes it with an Unwrap() Store method
-// (store decorators such as metrics or tracing wrappers).
-func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
-
 // stepStoreOf finds the StepStore behind s, looking through decorators.
-func stepStoreOf(s Store) StepStore {
-	ss, _ := StoreAs[StepStore](s)
+func stepStoreOf(s Store) storekit.StepStore {
+	ss, _ := storekit.As[storekit.StepStore](s)
 	return ss
 }
 
 // WithStepsRequired makes New refuse a store that does not keep steps
-// (see StepsSupported), for services whose handlers use Step: the error
+// (storekit.StepStore, found through decorators), for services whose handlers use Step: the error
 // then comes at start-up rather than at the first Step. Default false:
 // any store is accepted, and Step fails with ErrStepsUnsupported.
 func WithStepsRequired(on bool) Option {
@@ -127,7 +101,7 @@ func WithStepsRequired(on bool) Option {
 // derived with RelayKey so it deduplicates that repeat (the second wall).
 //
 // Outside a lease (a bypassed request, a handler run without idem) fn just
-// runs. Under a lease granted by a store without StepStore, Step returns
+// runs. Under a lease granted by a store without storekit.StepStore, Step returns
 // ErrStepsUnsupported and fn does not run. A name that is empty, longer
 // than MaxStepNameBytes, not UTF-8 or with control characters fails with
 // ErrStepName; a result larger than MaxStepBytes with ErrStepTooLarge (fn
@@ -285,7 +259,7 @@ func (s *stepState) lockName(name string) func() {
 
 // stored returns the result known for name, loading the record's steps
 // from the store at the first Step of a resumed execution.
-func (s *stepState) stored(ctx context.Context, ss StepStore, l *Lease, name string) ([]byte, bool, error) {
+func (s *stepState) stored(ctx context.Context, ss storekit.StepStore, l *Lease, name string) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock() // held across the load: every Step needs its answer
 	if !s.loaded {

@@ -15,7 +15,10 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 )
 
 // stepCounter is a step function that counts its runs.
@@ -45,12 +48,12 @@ type countingSteps struct {
 	loads, saves atomic.Int64
 }
 
-func (s *countingSteps) LoadSteps(ctx context.Context, f core.Fence) (map[string][]byte, error) {
+func (s *countingSteps) LoadSteps(ctx context.Context, f storekit.Fence) (map[string][]byte, error) {
 	s.loads.Add(1)
 	return s.Store.LoadSteps(ctx, f)
 }
 
-func (s *countingSteps) SaveStep(ctx context.Context, f core.Fence, name string, result []byte) error {
+func (s *countingSteps) SaveStep(ctx context.Context, f storekit.Fence, name string, result []byte) error {
 	s.saves.Add(1)
 	return s.Store.SaveStep(ctx, f, name, result)
 }
@@ -87,17 +90,17 @@ func TestStepResumesAfterRetryableOutcome(t *testing.T) {
 	eng := newEngine(t, store)
 	reserve, charge, notify := &stepCounter{result: "r_1"}, &stepCounter{result: "ch_1"}, &stepCounter{err: errors.New("mail down")}
 
-	handler := func(ctx context.Context) (core.Response, error) {
+	handler := func(ctx context.Context) (adapterkit.Response, error) {
 		r, err := core.Step(ctx, "reserve", reserve.fn)
 		if err != nil {
-			return core.Response{}, err
+			return adapterkit.Response{}, err
 		}
 		ch, err := core.Step(ctx, "charge", charge.fn)
 		if err != nil {
-			return core.Response{}, err
+			return adapterkit.Response{}, err
 		}
 		if _, err := core.Step(ctx, "notify", notify.fn); err != nil {
-			return core.Response{Status: http.StatusServiceUnavailable}, nil
+			return adapterkit.Response{Status: http.StatusServiceUnavailable}, nil
 		}
 		return created(string(r) + "/" + string(ch)), nil
 	}
@@ -181,7 +184,7 @@ func TestStepTakeoverAfterCrash(t *testing.T) {
 
 		// The dead owner (had it survived) can neither read nor store steps
 		// any more: its next step is refused before its function runs.
-		lateA := core.ContextWithLease(context.Background(), core.NewLease(store, d.Fence()))
+		lateA := storetest.ContextWithLease(context.Background(), storetest.NewLease(store, d.Fence()))
 		_, err = core.Step(lateA, "refund", notify.fn)
 		require.ErrorIs(t, err, core.ErrLeaseLost)
 		assert.EqualValues(t, 1, notify.runs.Load())
@@ -199,14 +202,14 @@ type dyingStore struct {
 
 var errKilled = errors.New("process killed")
 
-func (s *dyingStore) Fail(ctx context.Context, f core.Fence) error {
+func (s *dyingStore) Fail(ctx context.Context, f storekit.Fence) error {
 	if s.dead.Load() {
 		return errKilled
 	}
 	return s.countingSteps.Fail(ctx, f)
 }
 
-func (s *dyingStore) Heartbeat(ctx context.Context, f core.Fence, d time.Duration) error {
+func (s *dyingStore) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
 	if s.dead.Load() {
 		return errKilled
 	}
@@ -220,7 +223,7 @@ func crash(t *testing.T, eng *core.Engine, store *dyingStore, d *core.Decision) 
 	require.ErrorIs(t, eng.Abort(context.Background(), d, errKilled), errKilled)
 	rec, err := store.Get(context.Background(), d.Scope, d.Key)
 	require.NoError(t, err)
-	require.Equal(t, core.StatusProcessing, rec.Status, "the crash must leave the record processing")
+	require.Equal(t, storekit.StatusProcessing, rec.Status, "the crash must leave the record processing")
 }
 
 func TestStepOnceWithinExecution(t *testing.T) {
@@ -358,7 +361,7 @@ func TestStepNewAgainAfterRetention(t *testing.T) {
 	d := proceed(t, eng, request("k1", payBody))
 	_, err := core.Step(d.Context(context.Background()), "charge", c.fn)
 	require.NoError(t, err)
-	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: http.StatusBadGateway}))
+	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: http.StatusBadGateway}))
 
 	later := t0.Add(48 * time.Hour) // past the default 24h retention
 	now.Store(&later)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // wrapped is a store decorator in the shape otelidem's has.
@@ -25,20 +26,20 @@ func (c *cyclic) Unwrap() core.Store { return c }
 
 func TestStoreAs(t *testing.T) {
 	ms := memstore.New()
-	got, ok := core.StoreAs[*memstore.Store](ms)
+	got, ok := storekit.As[*memstore.Store](ms)
 	require.True(t, ok)
 	assert.Same(t, ms, got)
 
 	// Two decorators deep: found; the step capability is seen through them.
 	deco := wrapped{Store: ms, inner: wrapped{Store: ms, inner: ms}}
-	got, ok = core.StoreAs[*memstore.Store](deco)
+	got, ok = storekit.As[*memstore.Store](deco)
 	require.True(t, ok, "behind two decorators")
 	assert.Same(t, ms, got)
 	assert.True(t, core.StepsSupported(deco))
 
 	// Not there: false, never a panic or a hang.
-	_, ok = core.StoreAs[*memstore.Store](&cyclic{})
+	_, ok = storekit.As[*memstore.Store](&cyclic{})
 	assert.False(t, ok, "a decorator cycle")
-	_, ok = core.StoreAs[core.Watcher](wrapped{Store: &cyclic{}, inner: &cyclic{}})
+	_, ok = storekit.As[storekit.Watcher](wrapped{Store: &cyclic{}, inner: &cyclic{}})
 	assert.False(t, ok)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // syncingStore is a store whose claims are not durable when Claim returns
@@ -20,11 +21,11 @@ import (
 type syncingStore struct {
 	core.Store
 	mu    sync.Mutex
-	syncs []core.Fence
+	syncs []storekit.Fence
 	err   error
 }
 
-func (s *syncingStore) SyncClaim(_ context.Context, f core.Fence) error {
+func (s *syncingStore) SyncClaim(_ context.Context, f storekit.Fence) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.syncs = append(s.syncs, f)

@@ -24,6 +24,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/nethttpidem"
 )
 
@@ -210,7 +211,7 @@ func TestTenancyOtherUserNeverSeesResponse(t *testing.T) {
 	if r := env.post("", key, `{"amount":100}`); r.status != 401 {
 		t.Errorf("no user: %d", r.status)
 	}
-	if _, err := env.store.Get(context.Background(), "", key); !errors.Is(err, core.ErrNotFound) {
+	if _, err := env.store.Get(context.Background(), "", key); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("record under the empty scope: %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Outcome is what Decide tells the adapter to do.
@@ -77,7 +79,7 @@ type Request struct {
 	// asks only for the headers it needs. A ScopeFunc set with WithScope may
 	// read any header from Header; for it, the engine fills Header from
 	// HeaderReader's Header() http.Header method if it has one.
-	HeaderReader HeaderReader
+	HeaderReader adapterkit.HeaderReader
 	// Body is read by Decide (up to the request limit) for the fingerprint;
 	// the adapter gives the handler Decision.Body instead. May be nil.
 	Body io.Reader
@@ -111,31 +113,6 @@ type Request struct {
 	// call: built by Engine.Call, not by an adapter: protected whatever
 	// the engine's methods, scoped by Scope alone (see call.go).
 	call bool
-}
-
-// Response is a response as written by a handler, or as idem writes it.
-type Response struct {
-	Status int // 0 means the handler wrote nothing: 200, as net/http does
-	Header http.Header
-	// HeaderReader is read instead of Header when Header is nil (see
-	// Request.HeaderReader): Commit asks it only for the allow-listed
-	// headers (WithReplayHeaders).
-	HeaderReader HeaderReader
-	Body         []byte
-	// Streamed: the handler flushed or hijacked; the response went out as it
-	// was written and cannot be kept.
-	Streamed bool
-	// Truncated: the body exceeded the response limit; it went out whole but
-	// cannot be kept.
-	Truncated bool
-}
-
-// HeaderReader reads headers an adapter does not hold as an http.Header,
-// by canonical name: every value of the header, in order, nil when absent.
-// The strings must not alias memory the framework reuses: the engine and
-// the store may keep them. http.Header implements it.
-type HeaderReader interface {
-	Values(name string) []string
 }
 
 // values reads one request header from Header or HeaderReader.

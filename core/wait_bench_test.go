@@ -7,7 +7,7 @@ import (
 	"github.com/idemkit/idem/core/storetest"
 )
 
-// BenchmarkWaitWake compares memstore waking the waiter (core.Watcher)
+// BenchmarkWaitWake compares memstore waking the waiter (storekit.Watcher)
 // with the same store polled (its Watcher hidden; default WithWaitPoll
 // 20ms, doubling to 200ms); see storetest.BenchmarkWaitWake for what is
 // measured and reported. Run with a fixed count, e.g. -benchtime 100x.

@@ -25,7 +25,7 @@
 //
 // How it fits Echo:
 //
-//   - The handler's response is buffered by a core.Recorder installed as
+//   - The handler's response is buffered by a adapterkit.Recorder installed as
 //     c.Response().Writer, so the outcome is recorded before the client sees
 //     it. echo.Response keeps tracking Status, Size and Committed as usual;
 //     after the middleware returns they describe what was actually sent.

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Option configures New. Options follow the OpenTelemetry-contrib
@@ -27,7 +28,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 //
 // It may write a response through c and return nil, or return an error
 // (for example an *echo.HTTPError) for Echo's HTTPErrorHandler to render.
-type ErrorHandler func(c echo.Context, err error, fallback *core.Response) error
+type ErrorHandler func(c echo.Context, err error, fallback *adapterkit.Response) error
 
 type config struct {
 	scope   func(echo.Context) (string, error)
@@ -176,10 +177,10 @@ type exchange struct {
 	c       echo.Context
 	next    echo.HandlerFunc
 	onError ErrorHandler
-	rec     *core.Recorder // Proceed only
+	rec     *adapterkit.Recorder // Proceed only
 }
 
-func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	c := x.c
 	if d == nil {
 		return x.next(c)
@@ -188,7 +189,7 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	d.RestoreBody(r)
 	res := c.Response()
 	orig := res.Writer
-	x.rec = core.NewRecorder(orig, d.MaxResponseBytes())
+	x.rec = adapterkit.NewRecorder(orig, d.MaxResponseBytes)
 	res.Writer = x.rec
 	c.SetRequest(r.WithContext(ctx))
 	defer func() {
@@ -206,7 +207,7 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	return herr
 }
 
-func (x *exchange) Captured() core.Response { return x.rec.Result() }
+func (x *exchange) Captured() adapterkit.Response { return x.rec.Result() }
 
 func (x *exchange) Send() error {
 	res := x.c.Response()
@@ -237,11 +238,11 @@ func (x *exchange) Discard() bool {
 	return true
 }
 
-func (x *exchange) Write(resp *core.Response) error {
-	return core.WriteResponse(x.c.Response(), resp)
+func (x *exchange) Write(resp *adapterkit.Response) error {
+	return adapterkit.WriteResponse(x.c.Response(), resp)
 }
 
-func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, error) {
 	if x.onError == nil {
 		return false, nil
 	}

@@ -41,7 +41,7 @@
 //
 // How it fits Echo:
 //
-//   - The handler's response is buffered by a core.Recorder, so the
+//   - The handler's response is buffered by a adapterkit.Recorder, so the
 //     outcome is recorded before the client sees it. The capture sits
 //     right under the handler, above the writers outer middleware
 //     installed (Gzip, BodyDump): what is stored is what the handler wrote,

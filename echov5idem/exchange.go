@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // exchange translates one request for core.Engine.Serve.
@@ -15,10 +15,10 @@ type exchange struct {
 	c       *echo.Context
 	next    echo.HandlerFunc
 	onError ErrorHandler
-	rec     *core.Recorder // Proceed only
+	rec     *adapterkit.Recorder // Proceed only
 }
 
-func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	c := x.c
 	if d == nil {
 		return x.next(c)
@@ -34,7 +34,7 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	// describe its own writes and the error handler does not render over
 	// a response it wrote.
 	orig := c.Response()
-	x.rec = core.NewRecorder(orig, d.MaxResponseBytes())
+	x.rec = adapterkit.NewRecorder(orig, d.MaxResponseBytes)
 	c.SetResponse(echo.NewResponse(x.rec, logger(c)))
 	c.SetRequest(r.WithContext(ctx))
 	defer func() {
@@ -71,7 +71,7 @@ func renderError(c *echo.Context, err error) {
 	echo.DefaultHTTPErrorHandler(false)(c, err)
 }
 
-func (x *exchange) Captured() core.Response { return x.rec.Result() }
+func (x *exchange) Captured() adapterkit.Response { return x.rec.Result() }
 
 // Send writes the captured response out through c.Response(), which
 // tracks it as for any response; one that streamed is already out.
@@ -81,15 +81,15 @@ func (x *exchange) Send() error { return x.rec.Send() }
 // was only captured, and the capture is dropped.
 func (x *exchange) Discard() bool { return x.rec == nil || !x.rec.Streaming() }
 
-func (x *exchange) Write(resp *core.Response) error {
+func (x *exchange) Write(resp *adapterkit.Response) error {
 	if x.rec != nil {
 		_, err := x.rec.SendInstead(resp)
 		return err
 	}
-	return core.WriteResponse(x.c.Response(), resp)
+	return adapterkit.WriteResponse(x.c.Response(), resp)
 }
 
-func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, error) {
 	if x.onError == nil {
 		return false, nil
 	}

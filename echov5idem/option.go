@@ -3,7 +3,7 @@ package echov5idem
 import (
 	"github.com/labstack/echo/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Option configures New. Options follow the OpenTelemetry-contrib
@@ -23,7 +23,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // It may write a response through c and return nil, or return an error
 // (for example echo.ErrServiceUnavailable) for Echo's HTTPErrorHandler to
 // render.
-type ErrorHandler func(c *echo.Context, err error, fallback *core.Response) error
+type ErrorHandler func(c *echo.Context, err error, fallback *adapterkit.Response) error
 
 type config struct {
 	scope   func(*echo.Context) (string, error)

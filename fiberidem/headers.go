@@ -22,7 +22,7 @@ func requestHeader(h *fasthttp.RequestHeader) http.Header {
 	return hc.out
 }
 
-// requestHeaders is fasthttp's request header as a core.HeaderReader: the
+// requestHeaders is fasthttp's request header as a adapterkit.HeaderReader: the
 // engine asks only for the headers it reads (the key, and those named by
 // WithFingerprintHeaders), so only those are copied. The match is the
 // one requestHeader makes: the name as net/http canonicalises it.
@@ -44,7 +44,7 @@ func (r *requestHeaders) Header() http.Header {
 	return requestHeader((*fasthttp.RequestHeader)(r))
 }
 
-// responseHeaders is fasthttp's response header as a core.HeaderReader:
+// responseHeaders is fasthttp's response header as a adapterkit.HeaderReader:
 // Commit asks only for the allow-listed headers, so only those are copied.
 type responseHeaders fasthttp.ResponseHeader
 

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // New returns a fiber handler that runs the rest of the chain at most once
@@ -64,14 +65,13 @@ func New(eng *core.Engine, opts ...Option) (fiber.Handler, error) {
 	if err := eng.CheckScope("fiberidem.WithScope", cfg.scope != nil); err != nil {
 		return nil, err
 	}
-	m := &middleware{eng: eng, cfg: cfg, maxResponse: eng.MaxResponseBytes()}
+	m := &middleware{eng: eng, cfg: cfg}
 	return m.handle, nil
 }
 
 type middleware struct {
-	eng         *core.Engine
-	cfg         config
-	maxResponse int
+	eng *core.Engine
+	cfg config
 }
 
 // defaultRoute returns the route, and whether it is the request path
@@ -238,13 +238,16 @@ type exchange struct {
 	m     *middleware
 	c     *fiber.Ctx
 	saved *fasthttp.ResponseHeader // Proceed only: the headers before the handler
+	// maxResponse is the engine's response limit (Proceed only).
+	maxResponse int
 }
 
-func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	c := x.c
 	if d == nil {
 		return c.Next()
 	}
+	x.maxResponse = d.MaxResponseBytes
 	if d.BodyRead {
 		c.Request().SetBodyRaw(d.Body) // the stream the engine read
 	}
@@ -268,7 +271,7 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	return herr
 }
 
-func (x *exchange) Captured() core.Response { return x.m.capture(x.c) }
+func (x *exchange) Captured() adapterkit.Response { return x.m.capture(x.c, x.maxResponse) }
 
 // Send has nothing to do: fiber sends c.Response() once the chain returns.
 func (x *exchange) Send() error { return nil }
@@ -285,9 +288,9 @@ func (x *exchange) Discard() bool {
 	return true
 }
 
-func (x *exchange) Write(resp *core.Response) error { return writeResponse(x.c, resp) }
+func (x *exchange) Write(resp *adapterkit.Response) error { return writeResponse(x.c, resp) }
 
-func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, error) {
 	if x.m.cfg.onError == nil {
 		return false, nil
 	}
@@ -299,9 +302,9 @@ func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
 // capture reads the response the handler left in c.Response(). Everything
 // the engine gets from it is copied (the body here, header values by
 // responseHeaders): fasthttp reuses the buffers for the next request.
-func (m *middleware) capture(c *fiber.Ctx) core.Response {
+func (m *middleware) capture(c *fiber.Ctx, maxResponse int) adapterkit.Response {
 	r := c.Response()
-	resp := core.Response{Status: r.StatusCode()}
+	resp := adapterkit.Response{Status: r.StatusCode()}
 	// A body stream (c.SendStream, SetBodyStreamWriter, c.SendFile of a
 	// large file) is produced while the response is written, after we
 	// return; a hijacked connection is the handler's. Neither can be kept.
@@ -310,7 +313,7 @@ func (m *middleware) capture(c *fiber.Ctx) core.Response {
 		return resp
 	}
 	body := r.Body()
-	if len(body) > m.maxResponse {
+	if len(body) > maxResponse {
 		resp.Truncated = true
 		return resp
 	}
@@ -351,7 +354,7 @@ const defaultContentType = "text/plain; charset=utf-8"
 // the same name), status and body. The body is copied into fasthttp's own
 // (pooled) buffer: a replay's body is the store's, and later middleware
 // may edit c.Response().Body() in place.
-func writeResponse(c *fiber.Ctx, resp *core.Response) error {
+func writeResponse(c *fiber.Ctx, resp *adapterkit.Response) error {
 	for k, vs := range resp.Header {
 		for i, v := range vs {
 			if i == 0 {

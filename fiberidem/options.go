@@ -3,7 +3,7 @@ package fiberidem
 import (
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Option configures New. Options follow the OpenTelemetry-contrib style: a
@@ -20,7 +20,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // not be recorded (Commit failed; the handler's response is discarded).
 // fallback is the problem response idem would write. A returned error goes
 // to the app's error handler, as from any fiber handler.
-type ErrorHandler func(c *fiber.Ctx, err error, fallback *core.Response) error
+type ErrorHandler func(c *fiber.Ctx, err error, fallback *adapterkit.Response) error
 
 type config struct {
 	scope   func(*fiber.Ctx) (string, error)

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // noRoute is core.Request.NoRoute for a request no route matched.
@@ -69,14 +70,14 @@ type exchange struct {
 	onError ErrorHandler
 	// Proceed only:
 	orig    gin.ResponseWriter
-	rec     *core.Recorder
+	rec     *adapterkit.Recorder
 	w       *writer
 	behind  bool // something wrote to gin's writer behind the capture
 	errOnly bool // the chain only called c.Error: no response
-	d       *core.Decision
+	d       *adapterkit.Proceed
 }
 
-func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	if d == nil {
 		return nil // Bypass: the chain goes on untouched after us
 	}
@@ -85,7 +86,7 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 	r := c.Request
 	d.RestoreBody(r)
 	x.orig = c.Writer
-	x.rec = core.NewRecorder(x.orig, d.MaxResponseBytes())
+	x.rec = adapterkit.NewRecorder(x.orig, d.MaxResponseBytes)
 	x.w = newWriter(x.orig, x.rec)
 	errs := len(c.Errors)
 	c.Writer = x.w
@@ -126,12 +127,12 @@ func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
 // the request's headers.
 func (x *exchange) Panicked(cause error) {
 	_ = x.c.Error(cause)
-	if h := x.d.KeyHeader(); h != "" && len(x.c.Request.Header[h]) > 0 {
+	if h := x.d.KeyHeader; h != "" && len(x.c.Request.Header[h]) > 0 {
 		x.c.Request.Header[h] = []string{core.RedactKey(x.d.Key)}
 	}
 }
 
-func (x *exchange) Captured() core.Response {
+func (x *exchange) Captured() adapterkit.Response {
 	res := x.rec.Result()
 	if x.behind {
 		// Recorded as not retained rather than store a response nobody saw.
@@ -164,20 +165,20 @@ func (x *exchange) Discard() bool {
 // error middleware's job, outside this one: the status (500) is set but
 // not committed, so that middleware answers, and a chain without one
 // answers 500, never an empty 200.
-func (x *exchange) Write(resp *core.Response) error {
+func (x *exchange) Write(resp *adapterkit.Response) error {
 	if x.errOnly {
 		x.errOnly = false
 		x.c.Status(resp.Status)
 		x.c.Abort()
 		return nil
 	}
-	err := core.WriteResponse(x.c.Writer, resp)
+	err := adapterkit.WriteResponse(x.c.Writer, resp)
 	x.c.Writer.WriteHeaderNow()
 	x.c.Abort()
 	return err
 }
 
-func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, error) {
 	c := x.c
 	c.Abort()
 	if x.onError == nil {

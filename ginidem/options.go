@@ -3,7 +3,7 @@ package ginidem
 import (
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Option configures New. A nil Option is ignored.
@@ -20,7 +20,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // to a retry). The middleware calls c.Abort itself. A handler that writes
 // nothing and leaves gin's default status 200 gets fallback written for it:
 // a request that did not complete must never look like a success.
-type ErrorHandler func(c *gin.Context, err error, fallback *core.Response)
+type ErrorHandler func(c *gin.Context, err error, fallback *adapterkit.Response)
 
 type config struct {
 	scope   func(*gin.Context) (string, error)

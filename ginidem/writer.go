@@ -8,7 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // notWritten is gin's size before the header is committed.
@@ -20,12 +20,12 @@ var errHijackAfterWrite = errors.New("ginidem: response body already written")
 // chain runs. It keeps gin's lazy-header semantics (WriteHeader only records
 // the status; the header is committed by WriteHeaderNow or the first Write,
 // so headers set after c.Status still go out) and sends the committed status
-// and body into a core.Recorder, which buffers them until the outcome is
+// and body into a adapterkit.Recorder, which buffers them until the outcome is
 // stored. The embedded gin.ResponseWriter is the original writer; only
 // CloseNotify and Pusher reach it directly.
 type writer struct {
 	gin.ResponseWriter
-	rec       *core.Recorder
+	rec       *adapterkit.Recorder
 	status    int  // pending status, gin's default 200 (or 404/405 preset by gin)
 	statusSet bool // WriteHeader was called by the chain
 	size      int  // body bytes written; notWritten until the header is committed
@@ -33,7 +33,7 @@ type writer struct {
 
 var _ gin.ResponseWriter = (*writer)(nil)
 
-func newWriter(orig gin.ResponseWriter, rec *core.Recorder) *writer {
+func newWriter(orig gin.ResponseWriter, rec *adapterkit.Recorder) *writer {
 	return &writer{ResponseWriter: orig, rec: rec, status: orig.Status(), size: notWritten}
 }
 

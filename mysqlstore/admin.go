@@ -8,15 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-// The operator's statements (core.Admin, used by cmd/idemctl). They are off
+// The operator's statements (storekit.Admin, used by cmd/idemctl). They are off
 // the hot path: Stuck and Stats scan the records table (no index serves
 // them; on a large table run them rarely, or on a replica), the others
 // touch one row by primary key. Every instant is the database's.
 
-var _ core.Admin = (*Store)(nil)
+var _ storekit.Admin = (*Store)(nil)
 
 func nullTime(v sql.NullInt64) time.Time {
 	if !v.Valid {
@@ -25,19 +25,19 @@ func nullTime(v sql.NullInt64) time.Time {
 	return fromMicros(v.Int64)
 }
 
-// Inspect implements core.Admin: the record with its response and when it
+// Inspect implements storekit.Admin: the record with its response and when it
 // completed. One SELECT (causal on Galera, as Get).
-func (s *Store) Inspect(ctx context.Context, scope, key string) (core.AdminRecord, error) {
+func (s *Store) Inspect(ctx context.Context, scope, key string) (storekit.AdminRecord, error) {
 	q := strings.Replace(s.sql.get, "\nFROM ", ", "+us("completed_at")+"\nFROM ", 1)
 	var (
-		ar        core.AdminRecord
+		ar        storekit.AdminRecord
 		claimed   bool
 		now       int64
 		completed sql.NullInt64
 	)
 	r, err := scanRecord(s.db.QueryRowContext(ctx, s.causal(q), scope, key), &claimed, &now, &completed)
 	if errors.Is(err, sql.ErrNoRows) {
-		return ar, fmt.Errorf("mysqlstore: inspect: %w", core.ErrNotFound)
+		return ar, fmt.Errorf("mysqlstore: inspect: %w", storekit.ErrNotFound)
 	}
 	if err != nil {
 		return ar, wrap(ctx, "inspect", err)
@@ -47,9 +47,9 @@ func (s *Store) Inspect(ctx context.Context, scope, key string) (core.AdminRecor
 	return ar, nil
 }
 
-// Stuck implements core.Admin: processing records whose lease lapsed, the
+// Stuck implements storekit.Admin: processing records whose lease lapsed, the
 // longest lapsed first, without responses. One SELECT (a table scan).
-func (s *Store) Stuck(ctx context.Context, limit int) ([]core.AdminRecord, error) {
+func (s *Store) Stuck(ctx context.Context, limit int) ([]storekit.AdminRecord, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("mysqlstore: stuck: limit %d must be positive", limit)
 	}
@@ -64,7 +64,7 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]core.AdminRecord, error
 		return nil, wrap(ctx, "stuck", err)
 	}
 	defer rows.Close()
-	var out []core.AdminRecord
+	var out []storekit.AdminRecord
 	for rows.Next() {
 		var (
 			claimed    bool
@@ -76,7 +76,7 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]core.AdminRecord, error
 			return nil, wrap(ctx, "stuck", err)
 		}
 		r.Scope, r.Key = string(scope), string(key)
-		out = append(out, core.AdminRecord{Record: r, Now: fromMicros(now)})
+		out = append(out, storekit.AdminRecord{Record: r, Now: fromMicros(now)})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap(ctx, "stuck", err)
@@ -84,9 +84,9 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]core.AdminRecord, error
 	return out, nil
 }
 
-// Release implements core.Admin: a fenced UPDATE to failed. When nothing
+// Release implements storekit.Admin: a fenced UPDATE to failed. When nothing
 // matched, one more read tells why: not found, lease live, or lost.
-func (s *Store) Release(ctx context.Context, f core.Fence, live bool) error {
+func (s *Store) Release(ctx context.Context, f storekit.Fence, live bool) error {
 	q := "UPDATE " + s.names.table + " SET status = 'failed'\nWHERE scope = ? AND `key` = ? AND token = ? AND status = 'processing'"
 	if !live {
 		q += " AND locked_until <= " + s.cfg.clock()
@@ -107,15 +107,15 @@ func (s *Store) Release(ctx context.Context, f core.Fence, live bool) error {
 		return nil
 	}
 	r, err := s.Inspect(ctx, f.Scope, f.Key)
-	return fmt.Errorf("mysqlstore: release: %w", core.ReleaseRefused(r, err, f, live))
+	return fmt.Errorf("mysqlstore: release: %w", storekit.ReleaseRefused(r, err, f, live))
 }
 
-// Stats implements core.Admin. The clock, then one aggregate SELECT (a
+// Stats implements storekit.Admin. The clock, then one aggregate SELECT (a
 // table scan) against it.
-func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+func (s *Store) Stats(ctx context.Context) (storekit.Stats, error) {
 	now, err := s.now(ctx)
 	if err != nil {
-		return core.Stats{}, wrap(ctx, "stats", err)
+		return storekit.Stats{}, wrap(ctx, "stats", err)
 	}
 	// n: the clock just read, rebuilt from µs without any time zone.
 	q := "SELECT status, COUNT(*),\n" +
@@ -131,25 +131,25 @@ func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 		"GROUP BY status ORDER BY status"
 	rows, err := s.db.QueryContext(ctx, s.causal(q), now.UnixMicro())
 	if err != nil {
-		return core.Stats{}, wrap(ctx, "stats", err)
+		return storekit.Stats{}, wrap(ctx, "stats", err)
 	}
 	defer rows.Close()
-	st := core.Stats{Now: now}
+	st := storekit.Stats{Now: now}
 	for rows.Next() {
 		var (
-			c      core.StatusCount
+			c      storekit.StatusCount
 			status string
 			oldest sql.NullInt64
 		)
 		if err := rows.Scan(&status, &c.Count, &c.UnderMinute, &c.UnderHour, &c.UnderDay, &c.Older,
 			&c.Expired, &c.Stuck, &oldest); err != nil {
-			return core.Stats{}, wrap(ctx, "stats", err)
+			return storekit.Stats{}, wrap(ctx, "stats", err)
 		}
-		c.Status, c.Oldest = core.Status(status), nullTime(oldest)
+		c.Status, c.Oldest = storekit.Status(status), nullTime(oldest)
 		st.ByStatus = append(st.ByStatus, c)
 	}
 	if err := rows.Err(); err != nil {
-		return core.Stats{}, wrap(ctx, "stats", err)
+		return storekit.Stats{}, wrap(ctx, "stats", err)
 	}
 	return st, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
@@ -38,7 +39,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		db.SetMaxOpenConns(workers)
 		db.SetMaxIdleConns(workers)
 		s := openStore(b, db)
-		resp := core.StoredResponse{
+		resp := storekit.StoredResponse{
 			Status: 201,
 			Header: map[string][]string{"Content-Type": {"application/json"}},
 			Body:   []byte(`{"id":"pay_123","amount":1000,"currency":"JPY","to":"alice","provider_charge_id":"ch_1"}`),
@@ -77,7 +78,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			if !res.Claimed {
 				return fmt.Errorf("not claimed")
 			}
-			return s.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
+			return s.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 		}
 		raw := func(ctx context.Context, key string) error {
 			rows, err := claimSt.QueryContext(ctx, "tenant", key, "POST", "/v1/payments", "f1", lease, retention, 0)
@@ -144,7 +145,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			if !res.Claimed {
 				return fmt.Errorf("not claimed")
 			}
-			return sf.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
+			return sf.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 		}
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			runAlternating(b, workers, []string{"store", "raw", "simple", "read-first"}, store, raw, simple, readFirst)
@@ -221,7 +222,7 @@ func BenchmarkConformance(b *testing.B) {
 }
 
 // BenchmarkWaitWake measures how soon a waiting duplicate replays after the
-// owner commits. The store has no core.Watcher (no LISTEN/NOTIFY in MySQL):
+// owner commits. The store has no storekit.Watcher (no LISTEN/NOTIFY in MySQL):
 // the waiter polls, at the default interval (20ms, doubling to 200ms) and
 // at 5ms; see storetest.BenchmarkWaitWake for what is measured and
 // reported. Run with a fixed count, e.g. -benchtime 50x.
@@ -250,14 +251,14 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := call.Complete(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token},
-			core.StoredResponse{Status: 201, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
+		if err := call.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token},
+			storekit.StoredResponse{Status: 201, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
 			b.Fatal(err)
 		}
 		replay := func(s *Store) func(ctx context.Context, _ string) error {
 			return func(ctx context.Context, _ string) error {
 				r, err := s.Claim(ctx, req)
-				if err == nil && r.Record.Status != core.StatusCompleted {
+				if err == nil && r.Record.Status != storekit.StatusCompleted {
 					err = fmt.Errorf("not a replay: %s", r.Record.Status)
 				}
 				return err
@@ -283,7 +284,7 @@ func BenchmarkTxClaimComplete(b *testing.B) {
 		if _, err := db.Exec("CREATE TABLE ledger (k VARBINARY(255) PRIMARY KEY, owner BIGINT NOT NULL)"); err != nil {
 			b.Fatal(err)
 		}
-		resp := core.StoredResponse{Status: 201, Body: []byte(`{"id":"pay_123","amount":1000}`)}
+		resp := storekit.StoredResponse{Status: 201, Body: []byte(`{"id":"pay_123","amount":1000}`)}
 		run := func(inTx bool) func(ctx context.Context, key string) error {
 			return func(ctx context.Context, key string) error {
 				req := claimReq(key, 30*time.Second)
@@ -294,14 +295,14 @@ func BenchmarkTxClaimComplete(b *testing.B) {
 				if !res.Claimed {
 					return fmt.Errorf("not claimed")
 				}
-				f := core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}
+				f := storekit.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}
 				if !inTx {
 					if _, err := db.ExecContext(ctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", key, f.Token); err != nil {
 						return err
 					}
 					return s.Complete(ctx, f, resp)
 				}
-				hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
+				hctx := storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 				tx, err := Tx(hctx)
 				if err != nil {
 					return err

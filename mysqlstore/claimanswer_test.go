@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // hookClaimProc re-creates the claim procedure the store calls with a hook
@@ -108,7 +108,7 @@ func TestClaimAnswerReadInTx(t *testing.T) {
 
 			req := claimReq("k", time.Hour)
 			type answer struct {
-				res core.ClaimResult
+				res storekit.ClaimResult
 				err error
 			}
 			done := make(chan answer, 1)
@@ -135,11 +135,11 @@ func TestClaimAnswerReadInTx(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.Status != core.StatusProcessing {
+			if rec.Status != storekit.StatusProcessing {
 				t.Fatalf("record at the hook: %s, want processing", rec.Status)
 			}
 			mine := rec.Token
-			if err := s.Release(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: mine}, true); err != nil {
+			if err := s.Release(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: mine}, true); err != nil {
 				t.Fatalf("release: %v", err)
 			}
 			if takeover {
@@ -156,7 +156,7 @@ func TestClaimAnswerReadInTx(t *testing.T) {
 			if a.err != nil {
 				t.Fatalf("claim: %v", a.err)
 			}
-			if !a.res.Claimed || a.res.Record.Token != mine || a.res.Record.Status != core.StatusProcessing {
+			if !a.res.Claimed || a.res.Record.Token != mine || a.res.Record.Status != storekit.StatusProcessing {
 				t.Errorf("claim answered claimed=%v token=%d status=%s; it took the key under token %d: want claimed, token %d, processing",
 					a.res.Claimed, a.res.Record.Token, a.res.Record.Status, mine, mine)
 			}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // TestByteExactKeys: MySQL's and MariaDB's default collations are
@@ -18,7 +18,7 @@ func TestByteExactKeys(t *testing.T) {
 	variants := []string{"k", "K", "k ", "k\x00", "ｋ"} // fullwidth k: equal to k under some Unicode collations
 	for _, field := range []string{"key", "scope"} {
 		tokens := map[int64]bool{}
-		fences := map[string]core.Fence{}
+		fences := map[string]storekit.Fence{}
 		for _, v := range variants {
 			req := claimReq("same-key", time.Minute)
 			if field == "key" {
@@ -34,14 +34,14 @@ func TestByteExactKeys(t *testing.T) {
 				t.Fatalf("%s %q: not claimed: merged with an existing record (token %d)", field, v, res.Record.Token)
 			}
 			tokens[res.Record.Token] = true
-			fences[v] = core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+			fences[v] = storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 		}
 		if len(tokens) != len(variants) {
 			t.Errorf("%s: %d distinct tokens for %d variants", field, len(tokens), len(variants))
 		}
 		// Complete each with its own status; each reads back its own.
 		for i, v := range variants {
-			if err := s.Complete(ctx, fences[v], core.StoredResponse{Status: 200 + i}); err != nil {
+			if err := s.Complete(ctx, fences[v], storekit.StoredResponse{Status: 200 + i}); err != nil {
 				t.Fatalf("%s %q: complete: %v", field, v, err)
 			}
 		}
@@ -57,7 +57,7 @@ func TestByteExactKeys(t *testing.T) {
 		}
 		// And a key differing only by trailing space is not found.
 		if field == "key" {
-			if _, err := s.Get(ctx, "tenant", "k  "); !errors.Is(err, core.ErrNotFound) {
+			if _, err := s.Get(ctx, "tenant", "k  "); !errors.Is(err, storekit.ErrNotFound) {
 				t.Errorf(`Get "k  " (two spaces): %v, want ErrNotFound`, err)
 			}
 		}

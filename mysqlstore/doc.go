@@ -46,7 +46,7 @@
 //
 // # Recovery points
 //
-// The store implements core.StepStore (core.Step): a step's result is one
+// The store implements storekit.StepStore (core.Step): a step's result is one
 // fenced UPDATE of a JSON document in the record's own row, so that on
 // Galera a stale owner's step and another node's takeover conflict.
 //

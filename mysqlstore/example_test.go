@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
@@ -89,7 +90,7 @@ func Example() {
 				return
 			}
 			// Commit: fenced update of the record + COMMIT of the ledger row.
-			if err := eng.Commit(ctx, d, core.Response{Status: 201, Body: []byte(`{"status":"paid"}`)}); err != nil {
+			if err := eng.Commit(ctx, d, adapterkit.Response{Status: 201, Body: []byte(`{"status":"paid"}`)}); err != nil {
 				log.Fatal(err)
 			}
 			fmt.Println("executed: 201")

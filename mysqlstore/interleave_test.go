@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -57,7 +59,7 @@ func TestTxInterleavings(t *testing.T) {
 						t.Errorf("claim %s: %v", key, err)
 						return
 					}
-					if res.Record.Status == core.StatusCompleted {
+					if res.Record.Status == storekit.StatusCompleted {
 						return
 					}
 					if !res.Claimed {
@@ -65,8 +67,8 @@ func TestTxInterleavings(t *testing.T) {
 						time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 						continue
 					}
-					f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-					hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
+					f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+					hctx := storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 					tx, err := Tx(hctx)
 					if err == nil {
 						_, err = tx.ExecContext(hctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", key, f.Token)
@@ -84,7 +86,7 @@ func TestTxInterleavings(t *testing.T) {
 						}
 						continue
 					}
-					err = s.Complete(hctx, f, core.StoredResponse{Status: 201, Body: []byte(fmt.Sprint(f.Token))})
+					err = s.Complete(hctx, f, storekit.StoredResponse{Status: 201, Body: []byte(fmt.Sprint(f.Token))})
 					switch {
 					case err == nil:
 						commits.Add(1)
@@ -112,7 +114,7 @@ func TestTxInterleavings(t *testing.T) {
 	for k := range keys {
 		key := fmt.Sprintf("key-%d", k)
 		rec, err := s.Get(t.Context(), "tenant", key)
-		if err != nil || rec.Status != core.StatusCompleted {
+		if err != nil || rec.Status != storekit.StatusCompleted {
 			t.Errorf("%s: record %v, %v; want completed", key, rec.Status, err)
 			continue
 		}
@@ -184,7 +186,7 @@ func TestProcessesOneWinner(t *testing.T) {
 		if winners[key] != 1 {
 			t.Errorf("%s: %d winners across processes, want 1", key, winners[key])
 		}
-		if r, err := s.Get(t.Context(), "tenant", key); err != nil || r.Status != core.StatusProcessing {
+		if r, err := s.Get(t.Context(), "tenant", key); err != nil || r.Status != storekit.StatusProcessing {
 			t.Errorf("%s: %v %v", key, r.Status, err)
 		}
 	}

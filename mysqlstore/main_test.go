@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -40,8 +40,8 @@ func openStore(tb testing.TB, db *sql.DB, opts ...Option) *Store {
 	return s
 }
 
-func claimReq(key string, lease time.Duration) core.ClaimRequest {
-	return core.ClaimRequest{
+func claimReq(key string, lease time.Duration) storekit.ClaimRequest {
+	return storekit.ClaimRequest{
 		Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
 		Fingerprint: "f1", Lease: lease, Retention: time.Hour,
 	}

@@ -69,7 +69,7 @@ func TestOptionsInvalid(t *testing.T) {
 		{WithTable("bad-name")},
 		{WithTable(strings.Repeat("x", 41))},
 		{WithRetentionMargin(-time.Second)},
-		{WithTxDB(nil)},
+		{WithTxPool(nil)},
 		{WithDeadlockRetries(-1)},
 	} {
 		if _, err := New(db, opts...); err == nil {

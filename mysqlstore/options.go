@@ -108,14 +108,14 @@ func WithRetentionMargin(d time.Duration) Option {
 	})
 }
 
-// WithTxDB sets the pool Tx begins business transactions on. It must reach
+// WithTxPool sets the pool Tx begins business transactions on. It must reach
 // the same database as the store's pool. A separate pool keeps the store's
 // own short statements (claims, heartbeats) from queueing behind
 // connections held by long handler transactions; see "Pool sizing" in the
 // README.
 //
 // Default: the *sql.DB passed to New.
-func WithTxDB(db *sql.DB) Option {
+func WithTxPool(db *sql.DB) Option {
 	return optionFunc(func(c *config) {
 		if db == nil {
 			c.errs = append(c.errs, errors.New("tx db is nil"))
@@ -124,6 +124,12 @@ func WithTxDB(db *sql.DB) Option {
 		c.txDB = db
 	})
 }
+
+// WithTxDB is WithTxPool under its former name.
+//
+// Deprecated: use WithTxPool (the name pgstore uses); WithTxDB will be
+// removed in the next release.
+func WithTxDB(db *sql.DB) Option { return WithTxPool(db) }
 
 // WithTxOptions sets the options Tx begins business transactions with
 // (isolation level, read-only). nil means the server's defaults.

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -118,28 +119,28 @@ func TestQueryCounts(t *testing.T) {
 	// whether the server is a Galera node, once; each statement is prepared
 	// on its first use on the connection.
 	warm := claimReq("warm", time.Minute)
-	var wf core.Fence
+	var wf storekit.Fence
 	phase("first claim (schema check + galera check + prepare + claim)", 5, func() error {
 		res, err := s.Claim(ctx, warm)
-		wf = core.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
+		wf = storekit.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
 		return err
 	})
 	phase("first heartbeat (prepare + execute)", 2, func() error { return s.Heartbeat(ctx, wf, time.Minute) })
-	phase("first complete (prepare + execute)", 2, func() error { return s.Complete(ctx, wf, core.StoredResponse{Status: 200}) })
+	phase("first complete (prepare + execute)", 2, func() error { return s.Complete(ctx, wf, storekit.StoredResponse{Status: 200}) })
 	phase("first get (prepare + execute)", 2, func() error { _, err := s.Get(ctx, warm.Scope, warm.Key); return err })
 	phase("warm claim + first fail", 3, func() error {
 		res, err := s.Claim(ctx, claimReq("warm2", time.Minute))
 		if err != nil {
 			return err
 		}
-		return s.Fail(ctx, core.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
+		return s.Fail(ctx, storekit.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
 	})
 
 	req := claimReq("k", 100*time.Millisecond)
-	var f core.Fence
+	var f storekit.Fence
 	phase("claim (new key)", 1, func() error {
 		res, err := s.Claim(ctx, req)
-		f = core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+		f = storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 		return err
 	})
 	phase("claim (in flight)", 1, func() error { _, err := s.Claim(ctx, req); return err })
@@ -158,7 +159,7 @@ func TestQueryCounts(t *testing.T) {
 	phase("first load steps (prepare + execute)", 2, func() error { _, err := s.LoadSteps(ctx, f); return err })
 	phase("load steps", 1, func() error { _, err := s.LoadSteps(ctx, f); return err })
 	phase("complete", 1, func() error {
-		return s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("x")})
+		return s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("x")})
 	})
 	phase("claim (replay)", 1, func() error { _, err := s.Claim(ctx, req); return err })
 	phase("get", 1, func() error { _, err := s.Get(ctx, req.Scope, req.Key); return err })
@@ -168,8 +169,8 @@ func TestQueryCounts(t *testing.T) {
 	var hctx context.Context
 	phase("claim (tx)", 1, func() error {
 		res, err := s.Claim(ctx, txReq)
-		f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-		hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+		f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+		hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 		return err
 	})
 	var tx *sql.Tx
@@ -180,14 +181,14 @@ func TestQueryCounts(t *testing.T) {
 	})
 	phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
 	phase("complete in tx (DELETE mark + UPDATE + COMMIT)", 3, func() error {
-		return s.Complete(hctx, f, core.StoredResponse{Status: 201})
+		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
 	})
 	// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
 	txReq.Key = "tx2"
 	phase("claim (tx2)", 1, func() error {
 		res, err := s.Claim(ctx, txReq)
-		f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-		hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+		f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+		hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 		return err
 	})
 	phase("Tx (START TRANSACTION + commit mark) 2", 2, func() error { _, err := Tx(hctx); return err })
@@ -214,7 +215,7 @@ func TestQueryCountsReadFirst(t *testing.T) {
 	if _, err := s.Claim(ctx, warm); err != nil { // schema check, preparations
 		t.Fatal(err)
 	}
-	count := func(name string, want int, fn func() (core.ClaimResult, error)) core.ClaimResult {
+	count := func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
 		t.Helper()
 		tr.reset()
 		res, err := fn()
@@ -227,16 +228,16 @@ func TestQueryCountsReadFirst(t *testing.T) {
 		return res
 	}
 	req := claimReq("k", time.Minute)
-	res := count("claim (new key)", 2, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
+	res := count("claim (new key)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	if !res.Claimed || !res.Fresh {
 		t.Fatalf("new key: %+v", res)
 	}
-	count("claim (in flight)", 1, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
-	if err := s.Complete(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, core.StoredResponse{Status: 201}); err != nil {
+	count("claim (in flight)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+	if err := s.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
-	res = count("claim (replay)", 1, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
-	if res.Claimed || res.Record.Status != core.StatusCompleted || res.Record.Response == nil {
+	res = count("claim (replay)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+	if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
 		t.Fatalf("replay: %+v", res)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -14,7 +14,7 @@ func TestSweep(t *testing.T) {
 	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db, WithRetentionMargin(0))
 	ctx := t.Context()
-	short := func(key string, lease time.Duration) core.ClaimResult {
+	short := func(key string, lease time.Duration) storekit.ClaimResult {
 		req := claimReq(key, lease)
 		req.Retention = 50 * time.Millisecond
 		res, err := s.Claim(ctx, req)
@@ -25,7 +25,7 @@ func TestSweep(t *testing.T) {
 	}
 	for i := range 25 {
 		res := short("old-"+string(rune('a'+i)), time.Minute)
-		if err := s.Complete(ctx, core.Fence{Scope: "tenant", Key: res.Record.Key, Token: res.Record.Token}, core.StoredResponse{Status: 200}); err != nil {
+		if err := s.Complete(ctx, storekit.Fence{Scope: "tenant", Key: res.Record.Key, Token: res.Record.Token}, storekit.StoredResponse{Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 	}

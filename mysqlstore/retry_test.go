@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -67,7 +67,7 @@ func TestClaimRetriesLockWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil {
+	if err := s.Fail(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -110,17 +110,17 @@ func TestKilledConnections(t *testing.T) {
 		if err != nil || !res.Claimed {
 			t.Fatalf("claim %d: %v", i, err)
 		}
-		f := core.Fence{Scope: "tenant", Key: key, Token: res.Record.Token}
+		f := storekit.Fence{Scope: "tenant", Key: key, Token: res.Record.Token}
 		killAll(t, admin, cfg.DBName)
 		if err := s.Heartbeat(ctx, f, time.Minute); err != nil {
 			t.Fatalf("heartbeat after KILL: %v", err)
 		}
 		killAll(t, admin, cfg.DBName)
-		if err := s.Complete(ctx, f, core.StoredResponse{Status: 201}); err != nil {
+		if err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 			t.Fatalf("complete after KILL: %v", err)
 		}
 		killAll(t, admin, cfg.DBName)
-		if r, err := s.Claim(ctx, claimReq(key, time.Minute)); err != nil || r.Record.Status != core.StatusCompleted {
+		if r, err := s.Claim(ctx, claimReq(key, time.Minute)); err != nil || r.Record.Status != storekit.StatusCompleted {
 			t.Fatalf("replay after KILL: %v %v", r.Record.Status, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/internal/claimrule"
 )
 
@@ -237,7 +238,7 @@ func checkLen(what string, v string, limit int) error {
 	return nil
 }
 
-func validClaim(req *core.ClaimRequest) error {
+func validClaim(req *storekit.ClaimRequest) error {
 	if req.Lease < time.Microsecond {
 		return fmt.Errorf("lease %v must be at least 1µs (database precision)", req.Lease)
 	}
@@ -260,23 +261,23 @@ func validClaim(req *core.ClaimRequest) error {
 // duplicate. When the record changed between the procedure's read and its
 // write (it answered a claimable record it did not claim, or none), the
 // procedure is called again, at most raceRetries times.
-func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	const op = "claim"
 	if err := ctx.Err(); err != nil {
-		return core.ClaimResult{}, wrap(ctx, op, err)
+		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
 	if err := validClaim(&req); err != nil {
-		return core.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+		return storekit.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	if !s.schemaOK.Load() {
 		if err := s.checkSchema(ctx); err != nil {
-			return core.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 	}
 	if s.cfg.readFirst {
 		// WithReadFirst: a record that is not claimable is the answer.
 		var (
-			res   core.ClaimResult
+			res   storekit.ClaimResult
 			found bool
 		)
 		err := s.withRetry(ctx, func() error {
@@ -285,14 +286,14 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			return err
 		})
 		if err != nil {
-			return core.ClaimResult{}, wrap(ctx, op, err)
+			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
 		if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
 			return res, nil
 		}
 	}
 	var (
-		res   core.ClaimResult
+		res   storekit.ClaimResult
 		found bool
 	)
 	for race := 0; ; race++ {
@@ -302,7 +303,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			return err
 		})
 		if err != nil {
-			return core.ClaimResult{}, wrap(ctx, op, err)
+			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
 		if found && (res.Claimed || !claimrule.Claimable(&res.Record, res.Now, &req)) {
 			return res, nil
@@ -311,37 +312,37 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			if found {
 				return res, nil // a record that keeps changing: answer it as it stands
 			}
-			return core.ClaimResult{}, fmt.Errorf("mysqlstore: claim: the record kept vanishing between read and write (%d attempts)", race+1)
+			return storekit.ClaimResult{}, fmt.Errorf("mysqlstore: claim: the record kept vanishing between read and write (%d attempts)", race+1)
 		}
 	}
 }
 
-func (s *Store) claimOnce(ctx context.Context, req *core.ClaimRequest) (core.ClaimResult, bool, error) {
+func (s *Store) claimOnce(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
 	st, err := s.stmt(ctx, s.causal(s.sql.claim))
 	if err != nil {
-		return core.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
 		micros(req.Lease), micros(req.Retention), micros(s.cfg.clockOffset))
 	if err != nil {
-		return core.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	defer rows.Close()
-	var res core.ClaimResult
+	var res storekit.ClaimResult
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return core.ClaimResult{}, false, err
+			return storekit.ClaimResult{}, false, err
 		}
-		return core.ClaimResult{}, false, rows.Close()
+		return storekit.ClaimResult{}, false, rows.Close()
 	}
 	var now int64
 	rec, err := scanRecord(rows, &res.Claimed, &now)
 	if err != nil {
-		return core.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	// Drain the CALL's trailing status result before the connection is reused.
 	if err := rows.Close(); err != nil {
-		return core.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	rec.Scope, rec.Key = req.Scope, req.Key
 	res.Record, res.Now = rec, fromMicros(now)
@@ -353,22 +354,22 @@ func (s *Store) claimOnce(ctx context.Context, req *core.ClaimRequest) (core.Cla
 
 // read is WithReadFirst's first statement: the record as Get reads it
 // (causal on Galera), and the clock.
-func (s *Store) read(ctx context.Context, req *core.ClaimRequest) (core.ClaimResult, bool, error) {
+func (s *Store) read(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
 	st, err := s.stmt(ctx, s.causal(s.sql.get))
 	if err != nil {
-		return core.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	var (
-		res     core.ClaimResult
+		res     storekit.ClaimResult
 		claimed bool
 		now     int64
 	)
 	rec, err := scanRecord(st.QueryRowContext(ctx, req.Scope, req.Key), &claimed, &now)
 	if errors.Is(err, sql.ErrNoRows) {
-		return core.ClaimResult{}, false, nil
+		return storekit.ClaimResult{}, false, nil
 	}
 	if err != nil {
-		return core.ClaimResult{}, false, err
+		return storekit.ClaimResult{}, false, err
 	}
 	rec.Scope, rec.Key = req.Scope, req.Key
 	res.Record, res.Now = rec, fromMicros(now)
@@ -382,9 +383,9 @@ type scanner interface{ Scan(dest ...any) error }
 // expires_at (µs), resp_status, resp_header, resp_body, resp_not_retained,
 // claimed, now (µs), then extra destinations. Scope and key are the
 // caller's.
-func scanRecord(row scanner, claimed *bool, now *int64, extra ...any) (core.Record, error) {
+func scanRecord(row scanner, claimed *bool, now *int64, extra ...any) (storekit.Record, error) {
 	var (
-		r                          core.Record
+		r                          storekit.Record
 		method, route, fp          []byte
 		status                     string
 		lockedUntil, created, exps int64
@@ -395,17 +396,17 @@ func scanRecord(row scanner, claimed *bool, now *int64, extra ...any) (core.Reco
 	dst := []any{&method, &route, &fp, &status, &r.Token, &lockedUntil, &created, &exps,
 		&respStatus, &respHeader, &respBody, &notRetained, claimed, now}
 	if err := row.Scan(append(dst, extra...)...); err != nil {
-		return core.Record{}, err
+		return storekit.Record{}, err
 	}
 	r.Method, r.Route, r.Fingerprint = string(method), string(route), string(fp)
-	r.Status = core.Status(status)
+	r.Status = storekit.Status(status)
 	r.LockedUntil, r.CreatedAt, r.ExpiresAt = fromMicros(lockedUntil), fromMicros(created), fromMicros(exps)
-	if r.Status == core.StatusCompleted && respStatus.Valid {
-		resp := &core.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
+	if r.Status == storekit.StatusCompleted && respStatus.Valid {
+		resp := &storekit.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
 		if len(respHeader) > 0 {
 			h, err := parseHeader(respHeader)
 			if err != nil {
-				return core.Record{}, fmt.Errorf("decode stored headers: %w", err)
+				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
 			}
 			resp.Header = h
 		}
@@ -434,7 +435,7 @@ func (s *Store) fenced(ctx context.Context, query string, args ...any) (bool, er
 }
 
 // Heartbeat implements core.Store. One UPDATE.
-func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Duration) error {
 	const op = "heartbeat"
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
@@ -452,7 +453,7 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 	return nil
 }
 
-func completeArgs(f core.Fence, resp core.StoredResponse) []any {
+func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
 	var header []byte
 	if len(resp.Header) > 0 {
 		header = appendHeader(nil, resp.Header)
@@ -471,7 +472,7 @@ func completeArgs(f core.Fence, resp core.StoredResponse) []any {
 // handler's writes and the stored response become one atomic fact. If the
 // fence no longer matches, the transaction is rolled back (the handler's
 // writes vanish) and ErrLeaseLost is returned.
-func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	const op = "complete"
 	if err := ctx.Err(); err != nil {
 		s.abandonTx(ctx, f)
@@ -499,7 +500,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 // this lease is rolled back first. If the handler had committed that
 // transaction itself, the record is completed as not retained instead of
 // failed (see Tx): its writes must not run again.
-func (s *Store) Fail(ctx context.Context, f core.Fence) error {
+func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
 	if s.abandonTx(ctx, f) {
 		committed, err := s.failAfterHandlerCommitted(ctx, f)
@@ -527,19 +528,19 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 
 // Get implements core.Store. One SELECT (a causal read on Galera, see
 // WithCausalReads). An expired record is returned as stored.
-func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+func (s *Store) Get(ctx context.Context, scope, key string) (storekit.Record, error) {
 	const op = "get"
 	if err := ctx.Err(); err != nil {
-		return core.Record{}, wrap(ctx, op, err)
+		return storekit.Record{}, wrap(ctx, op, err)
 	}
 	st, err := s.stmt(ctx, s.causal(s.sql.get))
 	if err != nil {
-		return core.Record{}, wrap(ctx, op, err)
+		return storekit.Record{}, wrap(ctx, op, err)
 	}
 	var (
 		claimed bool
 		now     int64
-		r       core.Record
+		r       storekit.Record
 	)
 	err = s.withRetry(ctx, func() error {
 		var err error
@@ -547,10 +548,10 @@ func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error)
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return core.Record{}, fmt.Errorf("mysqlstore: get: %w", core.ErrNotFound)
+		return storekit.Record{}, fmt.Errorf("mysqlstore: get: %w", storekit.ErrNotFound)
 	}
 	if err != nil {
-		return core.Record{}, wrap(ctx, op, err)
+		return storekit.Record{}, wrap(ctx, op, err)
 	}
 	r.Scope, r.Key = scope, key
 	return r, nil

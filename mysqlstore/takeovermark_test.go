@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -64,14 +64,14 @@ func TestTakeoverAfterHandlerCommitted(t *testing.T) {
 			continue
 		}
 		r := res.Record
-		if r.Status != core.StatusCompleted || r.Token != f.Token || r.Response == nil ||
+		if r.Status != storekit.StatusCompleted || r.Token != f.Token || r.Response == nil ||
 			r.Response.Status != 500 || !r.Response.NotRetained {
 			t.Errorf("%s: answered %s token %d response %+v; want completed under token %d, 500 not retained",
 				key, r.Status, r.Token, r.Response, f.Token)
 		}
 		// A retry replays it.
 		again, err := s.Claim(t.Context(), claimReq(key, time.Hour))
-		if err != nil || again.Claimed || again.Record.Status != core.StatusCompleted {
+		if err != nil || again.Claimed || again.Record.Status != storekit.StatusCompleted {
 			t.Errorf("%s: retry: claimed=%v status=%s err=%v, want the completed record", key, again.Claimed, again.Record.Status, err)
 		}
 	}

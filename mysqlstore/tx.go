@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 var (
@@ -23,8 +24,8 @@ var (
 	// transaction Tx handed it (a Rollback, often a deferred one, or a
 	// failed Commit) so that its writes did not commit: the response is
 	// not recorded, the key is released, and the engine answers 500
-	// (it wraps core.ErrNotCommitted).
-	ErrTxRolledBack = fmt.Errorf("mysqlstore: the handler ended the lease transaction and its writes did not commit (leave Commit and Rollback of mysqlstore.Tx to idem): %w", core.ErrNotCommitted)
+	// (it wraps storekit.ErrNotCommitted).
+	ErrTxRolledBack = fmt.Errorf("mysqlstore: the handler ended the lease transaction and its writes did not commit (leave Commit and Rollback of mysqlstore.Tx to idem): %w", storekit.ErrNotCommitted)
 )
 
 // markTTL is how long Sweep keeps a commit mark (migration 0005) left
@@ -97,7 +98,7 @@ const rollbackTimeout = 5 * time.Second
 // The transaction lives until Complete or Fail, not until ctx is cancelled
 // (it is begun on a context without ctx's cancellation; each statement the
 // handler runs on it still honours its own context). It holds a pool
-// connection until then; see "Pool sizing" in the README (and WithTxDB).
+// connection until then; see "Pool sizing" in the README (and WithTxPool).
 func Tx(ctx context.Context) (*sql.Tx, error) {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok {
@@ -119,13 +120,13 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 		}
 		if s.cfg.causal && s.txDB != s.db && (s.galera.Load() || s.forceCausal) {
 			// The claim committed through the store's own node; the
-			// transaction runs on another (WithTxDB). Wait until that
+			// transaction runs on another (WithTxPool). Wait until that
 			// node has applied the claim, or the fenced UPDATE at
 			// Complete would not see it and refuse the owner as a stale
 			// one. The wait runs before BEGIN, on the same pool: as a
 			// prefix of the first statement inside the transaction it
 			// did not help (tests/galera TestTxHandlerEnds, under load).
-			// One round trip more, on Galera with WithTxDB only.
+			// One round trip more, on Galera with WithTxPool only.
 			if _, err := s.txDB.ExecContext(ctx, "SET STATEMENT wsrep_sync_wait = 1 FOR SELECT 1"); err != nil {
 				return nil, wrap(ctx, "tx: causal wait", err)
 			}
@@ -183,7 +184,7 @@ func (s *Store) dropMark(ctx context.Context, token int64) {
 // storeOf returns the *Store that granted lease, looking through store
 // decorators (metrics, tracing), or nil.
 func storeOf(lease *core.Lease) *Store {
-	s, _ := core.StoreAs[*Store](lease.Store())
+	s, _ := storekit.As[*Store](lease.Store())
 	return s
 }
 
@@ -196,7 +197,7 @@ func attachState(lease *core.Lease) *txState {
 // open transaction, if one was begun, and whether it carries a commit mark.
 // It returns nil when ctx carries no lease of this store for f. Either way,
 // from now on Tx refuses to begin one.
-func (s *Store) takeTx(ctx context.Context, f core.Fence) (*sql.Tx, bool) {
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool) {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
 		return nil, false
@@ -216,7 +217,7 @@ func (s *Store) takeTx(ctx context.Context, f core.Fence) (*sql.Tx, bool) {
 // abandonTx rolls back the lease's transaction for f, if any. It reports
 // whether the handler had ended a marked transaction itself (the rollback
 // found it done): then whether its writes committed is for the mark to say.
-func (s *Store) abandonTx(ctx context.Context, f core.Fence) (handlerEnded bool) {
+func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
 	tx, marked := s.takeTx(ctx, f)
 	if tx == nil {
 		return false
@@ -241,7 +242,7 @@ func (s *Store) abandonTx(ctx context.Context, f core.Fence) (handlerEnded bool)
 // same path, the writes did not land. (If the connection died during COMMIT
 // and the commit did land, the record is completed and the fenced fail
 // matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f core.Fence, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, args []any) error {
 	var err error
 	if marked {
 		_, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token))
@@ -284,7 +285,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f cor
 // completeAfterHandlerEnded completes a record whose handler ended the
 // lease transaction itself (see Tx): recorded only if the commit mark says
 // the writes committed; otherwise released, and ErrTxRolledBack.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f core.Fence, args []any) error {
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {
@@ -314,13 +315,13 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f co
 // transaction itself. If the mark says its writes committed, releasing the
 // key would let a retry run them again: the record is completed as not
 // retained instead (retries answer 409 not-retained), and committed is true.
-func (s *Store) failAfterHandlerCommitted(ctx context.Context, f core.Fence) (committed bool, err error) {
+func (s *Store) failAfterHandlerCommitted(ctx context.Context, f storekit.Fence) (committed bool, err error) {
 	committed, err = s.markCommitted(ctx, f.Token)
 	if err != nil || !committed {
 		return false, err
 	}
 	defer s.dropMark(ctx, f.Token)
-	ok, err := s.fenced(ctx, s.sql.complete, completeArgs(f, core.StoredResponse{Status: 500, NotRetained: true})...)
+	ok, err := s.fenced(ctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
 	if err != nil {
 		return true, err
 	}
@@ -330,7 +331,7 @@ func (s *Store) failAfterHandlerCommitted(ctx context.Context, f core.Fence) (co
 	return true, nil
 }
 
-func (s *Store) releaseAfterTxFailure(ctx context.Context, f core.Fence) {
+func (s *Store) releaseAfterTxFailure(ctx context.Context, f storekit.Fence) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	_, _ = s.fenced(fctx, s.sql.fail, f.Scope, f.Key, f.Token)

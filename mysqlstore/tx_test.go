@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -29,14 +31,14 @@ func ledgerRows(t *testing.T, db *sql.DB, key string) int {
 }
 
 // handlerCtx claims req and returns the handler's context carrying the lease.
-func handlerCtx(t *testing.T, s *Store, req core.ClaimRequest) (context.Context, core.Fence) {
+func handlerCtx(t *testing.T, s *Store, req storekit.ClaimRequest) (context.Context, storekit.Fence) {
 	t.Helper()
 	res, err := s.Claim(t.Context(), req)
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim: %v (claimed %v)", err, res.Claimed)
 	}
-	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-	return core.ContextWithLease(t.Context(), core.NewLease(s, f)), f
+	f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	return storetest.ContextWithLease(t.Context(), storetest.NewLease(s, f)), f
 }
 
 func book(ctx context.Context, key string, owner int64) error {
@@ -59,13 +61,13 @@ func TestTxCommitsWithComplete(t *testing.T) {
 	if n := ledgerRows(t, db, "a"); n != 0 {
 		t.Fatalf("the handler's write is visible before Complete (%d rows)", n)
 	}
-	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ledgerRows(t, db, "a"); n != 1 {
 		t.Fatalf("after Complete: %d ledger rows, want 1", n)
 	}
-	if r, err := s.Get(t.Context(), f.Scope, f.Key); err != nil || r.Status != core.StatusCompleted {
+	if r, err := s.Get(t.Context(), f.Scope, f.Key); err != nil || r.Status != storekit.StatusCompleted {
 		t.Fatalf("record: %v %v", r.Status, err)
 	}
 	if _, err := Tx(hctx); !errors.Is(err, ErrLeaseFinished) {
@@ -93,10 +95,10 @@ func TestTxStaleOwnerRollsBack(t *testing.T) {
 	if err := book(newCtx, "stale-2", fresh.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(staleCtx, stale, core.StoredResponse{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
+	if err := s.Complete(staleCtx, stale, storekit.StoredResponse{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("stale Complete: %v, want ErrLeaseLost", err)
 	}
-	if err := s.Complete(newCtx, fresh, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(newCtx, fresh, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ledgerRows(t, db, "stale-1"); n != 0 {
@@ -121,7 +123,7 @@ func TestTxFailRollsBack(t *testing.T) {
 	if n := ledgerRows(t, db, "f"); n != 0 {
 		t.Errorf("write survived Fail (%d rows)", n)
 	}
-	if r, _ := s.Get(t.Context(), f.Scope, f.Key); r.Status != core.StatusFailed {
+	if r, _ := s.Get(t.Context(), f.Scope, f.Key); r.Status != storekit.StatusFailed {
 		t.Errorf("status %s, want failed", r.Status)
 	}
 }
@@ -136,17 +138,17 @@ func TestTxOutlivesRequestContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := core.Fence{Scope: "tenant", Key: "c", Token: res.Record.Token}
-	lease := core.NewLease(s, f)
+	f := storekit.Fence{Scope: "tenant", Key: "c", Token: res.Record.Token}
+	lease := storetest.NewLease(s, f)
 	rctx, cancel := context.WithCancel(t.Context())
-	hctx := core.ContextWithLease(rctx, lease)
+	hctx := storetest.ContextWithLease(rctx, lease)
 	if err := book(hctx, "c", f.Token); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
 	time.Sleep(50 * time.Millisecond) // database/sql would roll back here if the tx were bound to rctx
-	cctx := core.ContextWithLease(context.WithoutCancel(rctx), lease)
-	if err := s.Complete(cctx, f, core.StoredResponse{Status: 201}); err != nil {
+	cctx := storetest.ContextWithLease(context.WithoutCancel(rctx), lease)
+	if err := s.Complete(cctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ledgerRows(t, db, "c"); n != 1 {
@@ -225,7 +227,7 @@ func TestTxMarks(t *testing.T) {
 	if err := book(hctx, "complete", f.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	hctx, f = handlerCtx(t, s, claimReq("fail", time.Minute))
@@ -239,7 +241,7 @@ func TestTxMarks(t *testing.T) {
 		t.Errorf("%d marks after Complete and Fail in the transaction, want 0", n)
 	}
 
-	selfCommit := func(key string) (context.Context, core.Fence) {
+	selfCommit := func(key string) (context.Context, storekit.Fence) {
 		hctx, f := handlerCtx(t, s, claimReq(key, time.Minute))
 		if err := book(hctx, key, f.Token); err != nil {
 			t.Fatal(err)
@@ -254,7 +256,7 @@ func TestTxMarks(t *testing.T) {
 		return hctx, f
 	}
 	hctx, f = selfCommit("self")
-	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if n := markRows(t, db); n != 0 {
@@ -291,7 +293,7 @@ func TestTxReadOnlyUnmarked(t *testing.T) {
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(hctx, f, core.StoredResponse{Status: 200}); err != nil {
+	if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 200}); err != nil {
 		t.Fatalf("complete after a read-only transaction ended: %v", err)
 	}
 	if n := markRows(t, db); n != 0 {

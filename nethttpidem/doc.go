@@ -6,7 +6,8 @@
 // The middleware only translates: the request into a core.Request (route
 // from r.Pattern as ServeMux or chi set it, or from the ServeMux it wraps,
 // in canonical form; a request no route matches passes to the mux
-// untouched), the writer into a core.Recorder; the flow (decide, run,
+// untouched), the writer into an
+// adapterkit.Recorder; the flow (decide, run,
 // capture, commit, panics, failures) is core.Engine.Serve. New fails without a scope function (WithScope) unless the engine opted
 // into core.WithSharedKeySpace.
 package nethttpidem

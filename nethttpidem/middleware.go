@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // Option configures New. A nil Option is ignored, and so is an option
@@ -23,7 +24,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // (Commit failed). fallback is the problem response idem would write. A
 // handler that writes nothing gets fallback written for it: a request that
 // did not complete never looks like a success.
-type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error, fallback *core.Response)
+type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error, fallback *adapterkit.Response)
 
 type config struct {
 	scope   func(*http.Request) (string, error)
@@ -242,35 +243,35 @@ type exchange struct {
 	r       *http.Request
 	next    http.Handler
 	onError ErrorHandler
-	rec     *core.Recorder // Proceed only
+	rec     *adapterkit.Recorder // Proceed only
 }
 
-func (x *exchange) Next(ctx context.Context, d *core.Decision) error {
+func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	if d == nil {
 		x.next.ServeHTTP(x.w, x.r) // Decide left the body unread
 		return nil
 	}
 	d.RestoreBody(x.r)
-	x.rec = core.NewRecorder(x.w, d.MaxResponseBytes())
+	x.rec = adapterkit.NewRecorder(x.w, d.MaxResponseBytes)
 	x.next.ServeHTTP(x.rec, x.r.WithContext(ctx))
 	return nil
 }
 
-func (x *exchange) Captured() core.Response { return x.rec.Result() }
+func (x *exchange) Captured() adapterkit.Response { return x.rec.Result() }
 
 func (x *exchange) Send() error { return x.rec.Send() }
 
 func (x *exchange) Discard() bool { return x.rec == nil || !x.rec.Streaming() }
 
-func (x *exchange) Write(resp *core.Response) error {
+func (x *exchange) Write(resp *adapterkit.Response) error {
 	if x.rec != nil {
 		_, err := x.rec.SendInstead(resp)
 		return err
 	}
-	return core.WriteResponse(x.w, resp)
+	return adapterkit.WriteResponse(x.w, resp)
 }
 
-func (x *exchange) OnError(err error, fallback *core.Response) (bool, error) {
+func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, error) {
 	if x.onError == nil {
 		return false, nil
 	}

@@ -16,7 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/otelidem"
 )
 
@@ -136,7 +138,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	if err != nil || d.Outcome != core.Proceed {
 		t.Fatalf("claim: %v %v", err, d.Outcome)
 	}
-	if err := eng.Commit(d.Context(ctx), d, core.Response{Status: 201, Body: []byte("ok")}); err != nil {
+	if err := eng.Commit(d.Context(ctx), d, adapterkit.Response{Status: 201, Body: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	parent.End()
@@ -172,7 +174,7 @@ func TestMetricsAndSpans(t *testing.T) {
 			t.Fatal("the duplicate never started waiting")
 		}
 	}
-	if err := eng.Commit(context.Background(), owner, core.Response{Status: 200}); err != nil {
+	if err := eng.Commit(context.Background(), owner, adapterkit.Response{Status: 200}); err != nil {
 		t.Fatal(err)
 	}
 	if o := <-replayed; o != core.Replay {
@@ -185,7 +187,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	if err := r.mem.Fail(context.Background(), lost.Fence()); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Commit(context.Background(), lost, core.Response{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
+	if err := eng.Commit(context.Background(), lost, adapterkit.Response{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("commit after release: %v, want ErrLeaseLost", err)
 	}
 
@@ -297,8 +299,8 @@ func checkNoSentinel(t *testing.T, points []point, spans []sdktrace.ReadOnlySpan
 // careless store might.
 type failingStore struct{ core.Store }
 
-func (failingStore) Claim(_ context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
-	return core.ClaimResult{}, fmt.Errorf("cannot claim key %q for scope %q", r.Key, r.Scope)
+func (failingStore) Claim(_ context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	return storekit.ClaimResult{}, fmt.Errorf("cannot claim key %q for scope %q", r.Key, r.Scope)
 }
 
 func TestNoKeyInAttributes(t *testing.T) {
@@ -309,7 +311,7 @@ func TestNoKeyInAttributes(t *testing.T) {
 			for i := range 3 {
 				d, err := eng.Decide(context.Background(), req(fmt.Sprintf("k1-%s-%d", sentinel, i), "x"))
 				if err == nil && d.Outcome == core.Proceed {
-					_ = eng.Commit(context.Background(), d, core.Response{Status: 500})
+					_ = eng.Commit(context.Background(), d, adapterkit.Response{Status: 500})
 				}
 			}
 			// The error path: a store whose error quotes the key.

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 )
 
 // TestRolloutCountsRequestsWithoutKey: while keys are optional
@@ -28,7 +29,7 @@ func TestRolloutCountsRequestsWithoutKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d.Outcome == core.Proceed {
-			if err := eng.Commit(d.Context(ctx), d, core.Response{Status: http.StatusCreated}); err != nil {
+			if err := eng.Commit(d.Context(ctx), d, adapterkit.Response{Status: http.StatusCreated}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // keyedErrors fails the calls named in fail with errors carrying the key
@@ -25,37 +27,37 @@ func keyErr(op, key string) error {
 	return fmt.Errorf("%s failed for key %q (raw: %s; json: %s)", op, key, key, j)
 }
 
-func (s keyedErrors) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+func (s keyedErrors) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if s.fail["claim"] {
-		return core.ClaimResult{}, keyErr("claim", r.Key)
+		return storekit.ClaimResult{}, keyErr("claim", r.Key)
 	}
 	return s.Store.Claim(ctx, r)
 }
 
-func (s keyedErrors) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s keyedErrors) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	if s.fail["complete"] {
 		return keyErr("complete", f.Key)
 	}
 	return s.Store.Complete(ctx, f, resp)
 }
 
-func (s keyedErrors) Fail(ctx context.Context, f core.Fence) error {
+func (s keyedErrors) Fail(ctx context.Context, f storekit.Fence) error {
 	if s.fail["fail"] {
 		return keyErr("fail", f.Key)
 	}
 	return s.Store.Fail(ctx, f)
 }
 
-func (s keyedErrors) Heartbeat(ctx context.Context, f core.Fence, d time.Duration) error {
+func (s keyedErrors) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
 	if s.fail["heartbeat"] {
 		return keyErr("heartbeat", f.Key)
 	}
 	return s.Store.Heartbeat(ctx, f, d)
 }
 
-func (s keyedErrors) Get(ctx context.Context, scope, key string) (core.Record, error) {
+func (s keyedErrors) Get(ctx context.Context, scope, key string) (storekit.Record, error) {
 	if s.fail["get"] {
-		return core.Record{}, keyErr("get", key)
+		return storekit.Record{}, keyErr("get", key)
 	}
 	return s.Store.Get(ctx, scope, key)
 }
@@ -101,7 +103,7 @@ func TestSentinelKeys(t *testing.T) {
 					t.Fatalf("decide: %v %v", d.Outcome, err)
 				}
 				if i == 0 {
-					c.Err(eng.Commit(ctx, d, core.Response{Status: 201}))
+					c.Err(eng.Commit(ctx, d, adapterkit.Response{Status: 201}))
 				} else {
 					c.Err(eng.Abort(ctx, d, keyErr("handler", s.Key)))
 				}

@@ -15,11 +15,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Store wraps s so that each call idem makes to it is a span, a child of
 // the span in the call's context (the request's). The wrapper keeps s's
-// optional capabilities: it is a core.Watcher (waits are measured whether
+// optional capabilities: it is a storekit.Watcher (waits are measured whether
 // or not s is one), and it exposes s through Unwrap, which pgstore.Tx,
 // mysqlstore.Tx and core.Step look through.
 func (t *Telemetry) Store(s core.Store) core.Store {
@@ -32,8 +33,8 @@ type store struct {
 }
 
 var (
-	_ core.Store   = (*store)(nil)
-	_ core.Watcher = (*store)(nil)
+	_ core.Store       = (*store)(nil)
+	_ storekit.Watcher = (*store)(nil)
 )
 
 // Unwrap returns the wrapped store.
@@ -80,22 +81,22 @@ func errType(err error) string {
 
 // claimOutcome names what a claim found, from the store's answer alone
 // (the engine's decision follows from it; see core.Store.Claim).
-func claimOutcome(req core.ClaimRequest, res core.ClaimResult) string {
+func claimOutcome(req storekit.ClaimRequest, res storekit.ClaimResult) string {
 	r := res.Record
 	switch {
 	case res.Claimed:
 		return "claimed"
 	case r.Method != req.Method || r.Route != req.Route || r.Fingerprint != req.Fingerprint:
 		return "mismatch"
-	case r.Status == core.StatusCompleted && r.Response != nil && r.Response.NotRetained:
+	case r.Status == storekit.StatusCompleted && r.Response != nil && r.Response.NotRetained:
 		return "not_retained"
-	case r.Status == core.StatusCompleted:
+	case r.Status == storekit.StatusCompleted:
 		return "replay"
 	}
 	return "in_flight"
 }
 
-func (s *store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	sctx, span := s.start(ctx, "idem.claim", req.Scope, attrRoute.String(req.Route), attrMethod.String(req.Method))
 	res, err := s.s.Claim(sctx, req)
 	outcome := ""
@@ -108,7 +109,7 @@ func (s *store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	return res, err
 }
 
-func (s *store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+func (s *store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Duration) error {
 	sctx, span := s.start(ctx, "idem.heartbeat", f.Scope)
 	err := s.s.Heartbeat(sctx, f, extend)
 	span.SetAttributes(attrFencedOut.Bool(errors.Is(err, core.ErrLeaseLost)))
@@ -116,7 +117,7 @@ func (s *store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 	return err
 }
 
-func (s *store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s *store) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	sctx, span := s.start(ctx, "idem.complete", f.Scope, attrStatus.Int(resp.Status))
 	err := s.s.Complete(sctx, f, resp)
 	span.SetAttributes(attrFencedOut.Bool(errors.Is(err, core.ErrLeaseLost)))
@@ -124,7 +125,7 @@ func (s *store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	return err
 }
 
-func (s *store) Fail(ctx context.Context, f core.Fence) error {
+func (s *store) Fail(ctx context.Context, f storekit.Fence) error {
 	sctx, span := s.start(ctx, "idem.fail", f.Scope)
 	err := s.s.Fail(sctx, f)
 	span.SetAttributes(attrFencedOut.Bool(errors.Is(err, core.ErrLeaseLost)))
@@ -132,10 +133,10 @@ func (s *store) Fail(ctx context.Context, f core.Fence) error {
 	return err
 }
 
-func (s *store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+func (s *store) Get(ctx context.Context, scope, key string) (storekit.Record, error) {
 	sctx, span := s.start(ctx, "idem.get", scope)
 	r, err := s.s.Get(sctx, scope, key)
-	if errors.Is(err, core.ErrNotFound) {
+	if errors.Is(err, storekit.ErrNotFound) {
 		s.end(span, scope, key, nil)
 		return r, err
 	}
@@ -143,11 +144,11 @@ func (s *store) Get(ctx context.Context, scope, key string) (core.Record, error)
 	return r, err
 }
 
-// Watch implements core.Watcher: the wait is measured, and the wrapped
+// Watch implements storekit.Watcher: the wait is measured, and the wrapped
 // store's Watch used when it has one (otherwise nil: the engine polls).
 func (s *store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {
 	s.t.waiting.watch(ctx, scope)
-	if w, ok := s.s.(core.Watcher); ok {
+	if w, ok := s.s.(storekit.Watcher); ok {
 		return w.Watch(ctx, scope, key)
 	}
 	return nil, func() {}

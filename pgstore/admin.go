@@ -10,33 +10,33 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-// The operator's statements (core.Admin, used by cmd/idemctl). They are off
+// The operator's statements (storekit.Admin, used by cmd/idemctl). They are off
 // the hot path: Stuck and Stats scan the claim table (no index serves them;
 // on a large table run them on a replica or rarely), the others touch one
 // row by primary key. Every instant is the database's, as in sql.go.
 
-var _ core.Admin = (*Store)(nil)
+var _ storekit.Admin = (*Store)(nil)
 
 // nowExpr is the store's clock expression (now(), shifted in tests).
 func (s *Store) nowExpr() string { return strings.TrimPrefix(s.sql.now, "SELECT ") }
 
-// Inspect implements core.Admin: the record with its response, when it
+// Inspect implements storekit.Admin: the record with its response, when it
 // completed, and whether a duplicate waits on it. One SELECT.
-func (s *Store) Inspect(ctx context.Context, scope, key string) (core.AdminRecord, error) {
+func (s *Store) Inspect(ctx context.Context, scope, key string) (storekit.AdminRecord, error) {
 	// The Get statement plus two claim-table columns (neither name exists in
 	// the payload table, so they are unambiguous in partitioned mode).
 	q := strings.Replace(s.sql.get, "\nFROM ", ", completed_at, waiters\nFROM ", 1)
 	var (
-		ar          core.AdminRecord
+		ar          storekit.AdminRecord
 		hasPayload  bool
 		completedAt *time.Time
 	)
 	r, err := scanRecord(s.pool.QueryRow(ctx, q, scope, key), &hasPayload, &ar.Now, &completedAt, &ar.Waiters)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ar, fmt.Errorf("pgstore: inspect: %w", core.ErrNotFound)
+		return ar, fmt.Errorf("pgstore: inspect: %w", storekit.ErrNotFound)
 	}
 	if err != nil {
 		return ar, wrap(ctx, "inspect", err)
@@ -48,9 +48,9 @@ func (s *Store) Inspect(ctx context.Context, scope, key string) (core.AdminRecor
 	return ar, nil
 }
 
-// Stuck implements core.Admin: processing records whose lease lapsed, the
+// Stuck implements storekit.Admin: processing records whose lease lapsed, the
 // longest lapsed first. One SELECT (a scan of the claim table).
-func (s *Store) Stuck(ctx context.Context, limit int) ([]core.AdminRecord, error) {
+func (s *Store) Stuck(ctx context.Context, limit int) ([]storekit.AdminRecord, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("pgstore: stuck: limit %d must be positive", limit)
 	}
@@ -65,10 +65,10 @@ LIMIT $1`
 		return nil, wrap(ctx, "stuck", err)
 	}
 	defer rows.Close()
-	var out []core.AdminRecord
+	var out []storekit.AdminRecord
 	for rows.Next() {
 		var (
-			ar          core.AdminRecord
+			ar          storekit.AdminRecord
 			hasPayload  bool
 			completedAt *time.Time
 		)
@@ -88,10 +88,10 @@ LIMIT $1`
 	return out, nil
 }
 
-// Release implements core.Admin: a fenced UPDATE to failed (plus the
+// Release implements storekit.Admin: a fenced UPDATE to failed (plus the
 // wake-up of waiting duplicates, as Fail does). When nothing matched, one
 // more read tells why: not found, lease live, or lost.
-func (s *Store) Release(ctx context.Context, f core.Fence, live bool) error {
+func (s *Store) Release(ctx context.Context, f storekit.Fence, live bool) error {
 	now := s.nowExpr()
 	q := `UPDATE ` + s.names.table + ` SET status = 'failed'
 WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'`
@@ -110,14 +110,14 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND status = 'processing'`
 		return nil
 	}
 	r, err := s.Inspect(ctx, f.Scope, f.Key)
-	return fmt.Errorf("pgstore: release: %w", core.ReleaseRefused(r, err, f, live))
+	return fmt.Errorf("pgstore: release: %w", storekit.ReleaseRefused(r, err, f, live))
 }
 
-// Stats implements core.Admin. One aggregate SELECT over the claim table.
-func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+// Stats implements storekit.Admin. One aggregate SELECT over the claim table.
+func (s *Store) Stats(ctx context.Context) (storekit.Stats, error) {
 	now, err := s.now(ctx)
 	if err != nil {
-		return core.Stats{}, wrap(ctx, "stats", err)
+		return storekit.Stats{}, wrap(ctx, "stats", err)
 	}
 	q := `SELECT status, count(*),
   count(*) FILTER (WHERE created_at > $1::timestamptz - interval '1 minute'),
@@ -131,24 +131,24 @@ FROM ` + s.names.table + `
 GROUP BY status ORDER BY status`
 	rows, err := s.pool.Query(ctx, q, now)
 	if err != nil {
-		return core.Stats{}, wrap(ctx, "stats", err)
+		return storekit.Stats{}, wrap(ctx, "stats", err)
 	}
 	defer rows.Close()
-	st := core.Stats{Now: now}
+	st := storekit.Stats{Now: now}
 	for rows.Next() {
 		var (
-			c      core.StatusCount
+			c      storekit.StatusCount
 			status string
 		)
 		if err := rows.Scan(&status, &c.Count, &c.UnderMinute, &c.UnderHour, &c.UnderDay, &c.Older,
 			&c.Expired, &c.Stuck, &c.Oldest); err != nil {
-			return core.Stats{}, wrap(ctx, "stats", err)
+			return storekit.Stats{}, wrap(ctx, "stats", err)
 		}
-		c.Status = core.Status(status)
+		c.Status = storekit.Status(status)
 		st.ByStatus = append(st.ByStatus, c)
 	}
 	if err := rows.Err(); err != nil {
-		return core.Stats{}, wrap(ctx, "stats", err)
+		return storekit.Stats{}, wrap(ctx, "stats", err)
 	}
 	return st, nil
 }
@@ -167,7 +167,7 @@ func MigratedMode(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (part
 	err = pool.QueryRow(ctx, `SELECT mode FROM `+cfg.names().migrations+` WHERE table_name = $1 ORDER BY version DESC LIMIT 1`,
 		cfg.table).Scan(&mode)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("pgstore: table %s.%s was never migrated: %w", cfg.schema, cfg.table, core.ErrNotFound)
+		return false, fmt.Errorf("pgstore: table %s.%s was never migrated: %w", cfg.schema, cfg.table, storekit.ErrNotFound)
 	}
 	if err != nil {
 		return false, wrap(ctx, "migrated mode", err)

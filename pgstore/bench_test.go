@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -38,7 +39,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				pool := pgstoretest.NewPool(b, cfg)
 				s := newStore(b, pool, m.opts...)
 				simpleTable := createSimpleTable(b, s)
-				resp := core.StoredResponse{
+				resp := storekit.StoredResponse{
 					Status: 201,
 					Header: map[string][]string{"Content-Type": {"application/json"}},
 					Body:   []byte(`{"id":"pay_123","amount":1000,"currency":"JPY","to":"alice","provider_charge_id":"ch_1"}`),
@@ -57,7 +58,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 						if !res.Claimed {
 							return fmt.Errorf("not claimed")
 						}
-						return s.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
+						return s.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 					})
 				})
 				b.Run(fmt.Sprintf("raw/workers=%d", workers), func(b *testing.B) {
@@ -179,6 +180,6 @@ func BenchmarkConformance(b *testing.B) {
 		cfg := pgstoretest.Config(b)
 		cfg.MaxConns = 16
 		pool := pgstoretest.NewPool(b, cfg)
-		storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, WithOptimisticClaim()) })
+		storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, WithInsertFirst()) })
 	})
 }

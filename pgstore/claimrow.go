@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // The claim function of migration 0004 returns one composite value, which
@@ -46,7 +46,7 @@ const (
 // claimRow is the decoded composite. On the claim's fast path the columns
 // the caller sent (scope ... status) are NULL (nil).
 type claimRow struct {
-	rec        core.Record
+	rec        storekit.Record
 	hasPayload bool
 	claimed    bool
 	now        time.Time
@@ -55,7 +55,7 @@ type claimRow struct {
 // decodeClaimRow decodes the binary composite b; req supplies the columns
 // the fast path leaves NULL. Strings and the body are copied: b is pgx's
 // read buffer.
-func decodeClaimRow(b []byte, req *core.ClaimRequest) (claimRow, error) {
+func decodeClaimRow(b []byte, req *storekit.ClaimRequest) (claimRow, error) {
 	var (
 		out      claimRow
 		col      [len(claimRowColumns)][]byte
@@ -135,10 +135,10 @@ func decodeClaimRow(b []byte, req *core.ClaimRequest) (claimRow, error) {
 		// returns every column, also when it claimed by takeover.)
 		r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = text(0, req.Scope), text(1, req.Key),
 			text(2, req.Method), text(3, req.Route), text(4, req.Fingerprint)
-		r.Status = core.Status(text(5, string(core.StatusProcessing)))
+		r.Status = storekit.Status(text(5, string(storekit.StatusProcessing)))
 	} else {
 		r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = text(0, ""), text(1, ""), text(2, ""), text(3, ""), text(4, "")
-		r.Status = core.Status(text(5, ""))
+		r.Status = storekit.Status(text(5, ""))
 	}
 	if v, ok := fixed(6, 8); ok {
 		r.Token = int64(binary.BigEndian.Uint64(v))
@@ -146,9 +146,9 @@ func decodeClaimRow(b []byte, req *core.ClaimRequest) (claimRow, error) {
 		err = errors.New("claim function returned no token")
 	}
 	r.LockedUntil, r.CreatedAt, r.ExpiresAt = timestamp(7), timestamp(8), timestamp(9)
-	if r.Status == core.StatusCompleted && out.hasPayload {
+	if r.Status == storekit.StatusCompleted && out.hasPayload {
 		if v, ok := fixed(10, 4); ok {
-			resp := &core.StoredResponse{
+			resp := &storekit.StoredResponse{
 				Status:      int(int32(binary.BigEndian.Uint32(v))),
 				Body:        bytesOf(col[12], null[12]),
 				NotRetained: boolean(13),

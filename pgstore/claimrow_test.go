@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // claimRowBytes encodes a composite in PostgreSQL's binary record format;
@@ -49,7 +49,7 @@ func completedRow(now time.Time) [][]byte {
 
 func TestDecodeClaimRow(t *testing.T) {
 	now := time.Now().Truncate(time.Microsecond)
-	req := &core.ClaimRequest{Scope: "tenant", Key: "k1", Method: "POST", Route: "/pay", Fingerprint: "f00d"}
+	req := &storekit.ClaimRequest{Scope: "tenant", Key: "k1", Method: "POST", Route: "/pay", Fingerprint: "f00d"}
 
 	t.Run("replay", func(t *testing.T) {
 		row, err := decodeClaimRow(claimRowBytes(claimRowOIDs(), completedRow(now)), req)
@@ -57,7 +57,7 @@ func TestDecodeClaimRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := row.rec
-		if row.claimed || !row.hasPayload || !row.now.Equal(now) || r.Status != core.StatusCompleted || r.Token != 42 ||
+		if row.claimed || !row.hasPayload || !row.now.Equal(now) || r.Status != storekit.StatusCompleted || r.Token != 42 ||
 			r.Scope != "tenant" || r.Fingerprint != "f00d" || !r.ExpiresAt.Equal(now.Add(time.Hour)) {
 			t.Fatalf("decoded %+v", row)
 		}
@@ -77,7 +77,7 @@ func TestDecodeClaimRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := row.rec
-		if !row.claimed || r.Token != 7 || r.Status != core.StatusProcessing || r.Scope != "tenant" || r.Key != "k1" ||
+		if !row.claimed || r.Token != 7 || r.Status != storekit.StatusProcessing || r.Scope != "tenant" || r.Key != "k1" ||
 			r.Method != "POST" || r.Route != "/pay" || r.Fingerprint != "f00d" || r.Response != nil {
 			t.Fatalf("decoded %+v", row)
 		}
@@ -122,7 +122,7 @@ func FuzzDecodeClaimRow(f *testing.F) {
 	now := time.Now()
 	f.Add(claimRowBytes(claimRowOIDs(), completedRow(now)))
 	f.Add([]byte{0, 0, 0, 17})
-	req := &core.ClaimRequest{Scope: "s", Key: "k"}
+	req := &storekit.ClaimRequest{Scope: "s", Key: "k"}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = decodeClaimRow(b, req) // must not panic
 	})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -31,7 +33,7 @@ func twoStores(t *testing.T, opts ...Option) (*Store, *Store) {
 // TestTwoPoolsOneClaim: 200 concurrent claims of one key, split across two
 // stores on separate pools: exactly one is claimed; every other sees the
 // winner's processing record. In the "optimistic" cases the second store
-// runs WithOptimisticClaim (as during a rollout of the option): its bare
+// runs WithInsertFirst (as during a rollout of the option): its bare
 // insert and the first store's claim function race for the same key.
 func TestTwoPoolsOneClaim(t *testing.T) {
 	type clusterCase struct {
@@ -43,7 +45,7 @@ func TestTwoPoolsOneClaim(t *testing.T) {
 	for _, m := range modes {
 		cases = append(cases,
 			clusterCase{m.name, m.opts, nil},
-			clusterCase{m.name + "/optimistic", m.opts, []Option{WithOptimisticClaim()}})
+			clusterCase{m.name + "/optimistic", m.opts, []Option{WithInsertFirst()}})
 	}
 	for _, m := range cases {
 		t.Run(m.name, func(t *testing.T) {
@@ -77,7 +79,7 @@ func TestTwoPoolsOneClaim(t *testing.T) {
 					if res.Claimed {
 						claimed.Add(1)
 					}
-					if res.Record.Status != core.StatusProcessing {
+					if res.Record.Status != storekit.StatusProcessing {
 						t.Errorf("claim saw status %s", res.Record.Status)
 					}
 					tokens.Store(res.Record.Token, true)
@@ -150,7 +152,7 @@ func TestTwoEnginesOneExecution(t *testing.T) {
 							return
 						}
 						time.Sleep(50 * time.Millisecond) // keep it in flight a while
-						if err := e.Commit(ctx, d, core.Response{Status: 201, Body: []byte(`{"id":"p1"}`)}); err != nil {
+						if err := e.Commit(ctx, d, adapterkit.Response{Status: 201, Body: []byte(`{"id":"p1"}`)}); err != nil {
 							t.Errorf("commit: %v", err)
 						}
 					case core.Replay:

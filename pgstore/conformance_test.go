@@ -13,7 +13,7 @@ import (
 // TestConformance runs storetest on each mode, as configured by default and
 // three other ways:
 //
-//   - optimistic: WithOptimisticClaim (a bare insert first, the claim
+//   - optimistic: WithInsertFirst (a bare insert first, the claim
 //     function only for an existing key);
 //   - exec and simple_protocol: pools configured the ways the README
 //     suggests behind PgBouncer in transaction mode, without prepared
@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 	for _, m := range modes {
 		variants = append(variants,
 			variant{m.name, 0, m.opts},
-			variant{m.name + "/optimistic", 0, append([]Option{WithOptimisticClaim()}, m.opts...)},
+			variant{m.name + "/optimistic", 0, append([]Option{WithInsertFirst()}, m.opts...)},
 			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
 			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
 			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -113,7 +115,7 @@ func TestCrashedOwner(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	rec, err := s.Get(t.Context(), "user-1", crashKeyPlain)
-	if err != nil || rec.Status != core.StatusProcessing {
+	if err != nil || rec.Status != storekit.StatusProcessing {
 		t.Fatalf("record after the kill = %+v, %v; want processing", rec, err)
 	}
 	deadToken := rec.Token
@@ -149,7 +151,7 @@ func TestCrashedOwner(t *testing.T) {
 		_ = eng.Abort(t.Context(), d, err)
 		t.Fatal(err)
 	}
-	if err := eng.Commit(t.Context(), d, core.Response{Status: 201, Body: []byte(`{"id":"survivor"}`)}); err != nil {
+	if err := eng.Commit(t.Context(), d, adapterkit.Response{Status: 201, Body: []byte(`{"id":"survivor"}`)}); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	rows := ledgerRows(t, s, table, crashKeyPlain)
@@ -238,7 +240,7 @@ func TestSlowOwnerKeepsLease(t *testing.T) {
 		t.Fatalf("handler context cancelled: %v", context.Cause(hctx))
 	}
 	committed = true
-	if err := ea.Commit(t.Context(), d, core.Response{Status: 201, Body: []byte("slow ok")}); err != nil {
+	if err := ea.Commit(t.Context(), d, adapterkit.Response{Status: 201, Body: []byte("slow ok")}); err != nil {
 		t.Fatalf("commit after three leases: %v", err)
 	}
 	stopRetries()

@@ -25,7 +25,7 @@
 //
 // # Steps
 //
-// The store implements core.StepStore (core.Step's recovery points) with the
+// The store implements storekit.StepStore (core.Step's recovery points) with the
 // table of migration 0005: each step is one fenced INSERT, committed on its
 // own (outside the handler's Tx) and synchronously, before Step returns; a
 // step's rows go with its record.
@@ -47,7 +47,7 @@
 //
 // # Waiting duplicates
 //
-// Store implements core.Watcher: in wait mode (core.WithWait) a duplicate
+// Store implements storekit.Watcher: in wait mode (core.WithWait) a duplicate
 // waiting for an in-flight key is woken by LISTEN/NOTIFY when the owner
 // completes or fails, in any instance. Only waiters pay for it: a waiter
 // marks the record, and Complete and Fail send a NOTIFY (in its own
@@ -68,7 +68,7 @@
 //
 // Every method returns errors prefixed "pgstore: <operation>:" that wrap
 // the cause (pgx errors, *pgconn.PgError with its SQLSTATE, context errors,
-// core.ErrLeaseLost, core.ErrNotFound); nothing panics on connection loss,
+// core.ErrLeaseLost, storekit.ErrNotFound); nothing panics on connection loss,
 // serialization failures or a full pool.
 //
 // Package pgstoretest is test support: a pool on the test database and a

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -36,7 +38,7 @@ func TestPoolExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := core.Fence{Scope: "tenant", Key: "k", Token: res.Record.Token}
+	f := storekit.Fence{Scope: "tenant", Key: "k", Token: res.Record.Token}
 	conn, err := pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +47,7 @@ func TestPoolExhausted(t *testing.T) {
 	calls := map[string]func(ctx context.Context) error{
 		"claim":     func(ctx context.Context) error { _, err := s.Claim(ctx, claimReq("other", time.Minute)); return err },
 		"heartbeat": func(ctx context.Context) error { return s.Heartbeat(ctx, f, time.Minute) },
-		"complete":  func(ctx context.Context) error { return s.Complete(ctx, f, core.StoredResponse{Status: 200}) },
+		"complete":  func(ctx context.Context) error { return s.Complete(ctx, f, storekit.StoredResponse{Status: 200}) },
 		"fail":      func(ctx context.Context) error { return s.Fail(ctx, f) },
 		"get":       func(ctx context.Context) error { _, err := s.Get(ctx, "tenant", "k"); return err },
 		"sweep":     func(ctx context.Context) error { _, err := s.Sweep(ctx, 10); return err },
@@ -61,7 +63,7 @@ func TestPoolExhausted(t *testing.T) {
 	}
 	// Transactional mode: the transaction takes its connection at its
 	// first statement (Tx itself sends nothing).
-	hctx := core.ContextWithLease(t.Context(), core.NewLease(s, f))
+	hctx := storetest.ContextWithLease(t.Context(), storetest.NewLease(s, f))
 	ctx, cancel := context.WithTimeout(hctx, 50*time.Millisecond)
 	defer cancel()
 	tx, err := Tx(ctx)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -71,7 +72,7 @@ func Example() {
 				return
 			}
 			// Commit: fenced update of the record + COMMIT of the ledger row.
-			if err := eng.Commit(ctx, d, core.Response{Status: 201, Body: []byte(`{"status":"paid"}`)}); err != nil {
+			if err := eng.Commit(ctx, d, adapterkit.Response{Status: 201, Body: []byte(`{"status":"paid"}`)}); err != nil {
 				log.Fatal(err)
 			}
 			fmt.Println("executed: 201")

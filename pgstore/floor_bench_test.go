@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -24,7 +24,7 @@ import (
 // fresh key, claim, store the response) against floors: the simplest
 // statements that could do the job, sent with pgx on the same pool, one
 // round trip and one commit each, as the store's are. It also runs the
-// store WithOptimisticClaim ("optimistic", reported against the same
+// store WithInsertFirst ("optimistic", reported against the same
 // floors as optimistic/<variant>).
 //
 //   - claim: the two raw statements on the store's own tables that do the
@@ -123,7 +123,7 @@ type floorVariant struct {
 	pair pairFunc
 }
 
-// floorVariants builds the store, the same store WithOptimisticClaim
+// floorVariants builds the store, the same store WithInsertFirst
 // ("optimistic": the bare insert as its own statement, the claim function
 // only for an existing key) and the raw-statement variants on pool (tables
 // created in the store's schema). IDEM_FLOOR_DIAG=1 adds two
@@ -138,8 +138,8 @@ type floorVariant struct {
 //     is the width of the result.
 func floorVariants(b *testing.B, pool *pgxpool.Pool, s *Store, opts []Option) []floorVariant {
 	ctx := context.Background()
-	// The same store with WithOptimisticClaim, on the same table.
-	opt := openStore(b, pool, append([]Option{WithSchema(s.cfg.schema), WithOptimisticClaim()}, opts...)...)
+	// The same store with WithInsertFirst, on the same table.
+	opt := openStore(b, pool, append([]Option{WithSchema(s.cfg.schema), WithInsertFirst()}, opts...)...)
 
 	table := s.names.schema + `."floor_records"`
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
@@ -171,7 +171,7 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 	insClaim := insRaw + ` ON CONFLICT (scope, key) DO NOTHING RETURNING token`
 	insRaw += ` RETURNING token`
 
-	resp := core.StoredResponse{
+	resp := storekit.StoredResponse{
 		Status: 201,
 		Header: map[string][]string{"Content-Type": {"application/json"}},
 		Body:   []byte(`{"id":"pay_123","amount":1000,"currency":"JPY","to":"alice","provider_charge_id":"ch_1"}`),
@@ -182,7 +182,7 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 
 	storePair := func(s *Store) pairFunc {
 		return func(ctx context.Context, key string) error {
-			req := core.ClaimRequest{Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
+			req := storekit.ClaimRequest{Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
 				Fingerprint: fingerprint, Lease: lease, Retention: retention}
 			res, err := s.Claim(ctx, req)
 			if err != nil {
@@ -191,7 +191,7 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 			if !res.Claimed {
 				return fmt.Errorf("key %s not claimed", key)
 			}
-			return s.Complete(ctx, core.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
+			return s.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: key, Token: res.Record.Token}, resp)
 		}
 	}
 	recordOn := func(ins string) pairFunc {

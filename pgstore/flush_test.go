@@ -8,7 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -87,7 +88,7 @@ func TestWALFlushes(t *testing.T) {
 			if err != nil || !res.Claimed {
 				t.Fatalf("%s: claim: %+v, %v", r.name, res, err)
 			}
-			f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+			f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 			if r.sync {
 				if err := s.SyncClaim(ctx, f); err != nil {
 					t.Fatalf("%s: sync claim: %v", r.name, err)
@@ -103,14 +104,14 @@ func TestWALFlushes(t *testing.T) {
 			if !r.execute {
 				continue
 			}
-			hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
+			hctx := storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 			if err := handle(hctx, table, req.Key); err != nil {
 				t.Fatal(err)
 			}
 			if r.fail {
 				err = s.Fail(hctx, f)
 			} else {
-				err = s.Complete(hctx, f, core.StoredResponse{Status: 201})
+				err = s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
 			}
 			if err != nil {
 				t.Fatalf("%s: %v", r.name, err)

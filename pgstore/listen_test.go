@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -29,7 +29,7 @@ func TestListenOptions(t *testing.T) {
 	}
 	inFlight := func(t *testing.T, st *pgstore.Store, key string) {
 		t.Helper()
-		if _, err := st.Claim(ctx, core.ClaimRequest{Scope: "s", Key: key, Method: "POST", Route: "/r", Fingerprint: "f",
+		if _, err := st.Claim(ctx, storekit.ClaimRequest{Scope: "s", Key: key, Method: "POST", Route: "/r", Fingerprint: "f",
 			Lease: time.Minute, Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestListenOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st2.Fail(ctx, core.Fence{Scope: "s", Key: "k2", Token: r.Token}); err != nil {
+	if err := st2.Fail(ctx, storekit.Fence{Scope: "s", Key: "k2", Token: r.Token}); err != nil {
 		t.Fatal(err)
 	}
 	select {

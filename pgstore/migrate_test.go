@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -120,7 +120,7 @@ func TestPreviousReleaseClaimDuringRollingDeploy(t *testing.T) {
 			if err := pool.QueryRow(ctx, previous, "tenant", "old-first").Scan(&claimed, &token, &status); err != nil || !claimed {
 				t.Fatalf("previous release's claim: claimed=%v %v", claimed, err)
 			}
-			if err := s.Complete(ctx, core.Fence{Scope: "tenant", Key: "old-first", Token: token}, core.StoredResponse{Status: 201, Body: []byte("ok")}); err != nil {
+			if err := s.Complete(ctx, storekit.Fence{Scope: "tenant", Key: "old-first", Token: token}, storekit.StoredResponse{Status: 201, Body: []byte("ok")}); err != nil {
 				t.Fatal(err)
 			}
 			res, err := s.Claim(ctx, claimReq("old-first", time.Minute))
@@ -134,7 +134,7 @@ func TestPreviousReleaseClaimDuringRollingDeploy(t *testing.T) {
 				t.Fatalf("this release's claim: %+v %v", res, err)
 			}
 			if err := pool.QueryRow(ctx, previous, "tenant", "new-first").Scan(&claimed, &token, &status); err != nil || claimed ||
-				token != res.Record.Token || status != string(core.StatusProcessing) {
+				token != res.Record.Token || status != string(storekit.StatusProcessing) {
 				t.Fatalf("previous release's duplicate: claimed=%v token=%d status=%s %v", claimed, token, status, err)
 			}
 		})

@@ -161,7 +161,7 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 	})
 }
 
-// WithOptimisticClaim makes Claim send a bare INSERT ... ON CONFLICT DO
+// WithInsertFirst makes Claim send a bare INSERT ... ON CONFLICT DO
 // NOTHING first, and the claim-or-read function only when the key already
 // exists. A first execution then skips the PL/pgSQL call (its cost is
 // measured in BENCHMARKS.md §3.0); every duplicate, replay or takeover
@@ -169,9 +169,16 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 // rare; the default keeps one statement for every claim.
 //
 // Default: off.
-func WithOptimisticClaim() Option {
+func WithInsertFirst() Option {
 	return optionFunc(func(c *config) { c.optimisticClaim = true })
 }
+
+// WithOptimisticClaim is WithInsertFirst under its former name.
+//
+// Deprecated: use WithInsertFirst (named like mysqlstore.WithReadFirst,
+// the opposite strategy: each says what Claim sends first);
+// WithOptimisticClaim will be removed in the next release.
+func WithOptimisticClaim() Option { return WithInsertFirst() }
 
 // WithTransactional declares that the store runs in transactional mode:
 // handlers keep their effects in the transaction Tx hands out (and call

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -21,14 +21,14 @@ func clockStore(t *testing.T, pool *pgxpool.Pool, schema string, at time.Time, o
 	return openStore(t, pool, opts...)
 }
 
-func completeKey(t *testing.T, s *Store, req core.ClaimRequest, body string) core.Record {
+func completeKey(t *testing.T, s *Store, req storekit.ClaimRequest, body string) storekit.Record {
 	t.Helper()
 	res, err := s.Claim(t.Context(), req)
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim %s: %+v, %v", req.Key, res, err)
 	}
-	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-	if err := s.Complete(t.Context(), f, core.StoredResponse{Status: 201, Body: []byte(body)}); err != nil {
+	f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	if err := s.Complete(t.Context(), f, storekit.StoredResponse{Status: 201, Body: []byte(body)}); err != nil {
 		t.Fatalf("complete %s: %v", req.Key, err)
 	}
 	return res.Record
@@ -43,13 +43,13 @@ func countRows(t *testing.T, pool *pgxpool.Pool, schema, table string) int {
 	return n
 }
 
-func requireReplay(t *testing.T, s *Store, req core.ClaimRequest, body string) {
+func requireReplay(t *testing.T, s *Store, req storekit.ClaimRequest, body string) {
 	t.Helper()
 	res, err := s.Claim(t.Context(), req)
 	if err != nil {
 		t.Fatalf("retry claim %s: %v", req.Key, err)
 	}
-	if res.Claimed || res.Record.Status != core.StatusCompleted || res.Record.Response == nil ||
+	if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil ||
 		string(res.Record.Response.Body) != body {
 		t.Fatalf("retry claim %s = %+v; want the completed record replaying %q", req.Key, res, body)
 	}
@@ -152,7 +152,7 @@ func TestMaintainDropsOnlyExpiredPartitions(t *testing.T) {
 	}
 	requireReplay(t, s, liveReq, "kept")
 	// The expired record's claim row was swept with its payload.
-	if _, err := s.Get(t.Context(), expiredReq.Scope, expiredReq.Key); !errors.Is(err, core.ErrNotFound) {
+	if _, err := s.Get(t.Context(), expiredReq.Scope, expiredReq.Key); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("expired record after Maintain: %v, want ErrNotFound", err)
 	}
 	// Idempotent.

@@ -9,7 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -111,31 +112,31 @@ func TestQueryCounts(t *testing.T) {
 			// steady state (and assert preparation happens once). A
 			// Store's first claim also checks the schema version, once.
 			warm := claimReq("warm", time.Minute)
-			var wf core.Fence
+			var wf storekit.Fence
 			phase("first claim (schema check + claim)", 2, func() error {
 				res, err := s.Claim(ctx, warm)
-				wf = core.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
+				wf = storekit.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
 				return err
 			})
 			if _, prepares := tr.snapshot(); prepares != 2 {
 				t.Errorf("first claim prepared %d statements, want 2", prepares)
 			}
 			phase("warm heartbeat", 1, func() error { return s.Heartbeat(ctx, wf, time.Minute) })
-			phase("warm complete", 1, func() error { return s.Complete(ctx, wf, core.StoredResponse{Status: 200}) })
+			phase("warm complete", 1, func() error { return s.Complete(ctx, wf, storekit.StoredResponse{Status: 200}) })
 			phase("warm get", 1, func() error { _, err := s.Get(ctx, warm.Scope, warm.Key); return err })
 			phase("warm claim + fail", 2, func() error {
 				res, err := s.Claim(ctx, claimReq("warm2", time.Minute))
 				if err != nil {
 					return err
 				}
-				return s.Fail(ctx, core.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
+				return s.Fail(ctx, storekit.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
 			})
 
 			req := claimReq("k", 100*time.Millisecond)
-			var f core.Fence
+			var f storekit.Fence
 			phase("claim (new key)", 1, func() error {
 				res, err := s.Claim(ctx, req)
-				f = core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+				f = storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 				return err
 			})
 			phase("claim (in flight)", 1, func() error { _, err := s.Claim(ctx, req); return err })
@@ -147,7 +148,7 @@ func TestQueryCounts(t *testing.T) {
 				return err
 			})
 			phase("complete", 1, func() error {
-				return s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("x")})
+				return s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("x")})
 			})
 			phase("claim (replay)", 1, func() error { _, err := s.Claim(ctx, req); return err })
 			phase("get", 1, func() error { _, err := s.Get(ctx, req.Scope, req.Key); return err })
@@ -158,22 +159,22 @@ func TestQueryCounts(t *testing.T) {
 			var hctx context.Context
 			phase("claim (tx)", 1, func() error {
 				res, err := s.Claim(ctx, txReq)
-				f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-				hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+				f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+				hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 				return err
 			})
 			phase("Tx (nothing sent)", 0, func() error { _, err := Tx(hctx); return err })
 			phase("handler insert (BEGIN + INSERT)", 1, func() error { return handle(hctx, table, txReq.Key) })
 			phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
 			phase("complete in tx (UPDATE + COMMIT)", 1, func() error {
-				return s.Complete(hctx, f, core.StoredResponse{Status: 201})
+				return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
 			})
 			// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
 			txReq.Key = "tx2"
 			phase("claim (tx2)", 1, func() error {
 				res, err := s.Claim(ctx, txReq)
-				f = core.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-				hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+				f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+				hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 				return err
 			})
 			phase("handler insert 2", 1, func() error { return handle(hctx, table, txReq.Key) })
@@ -195,7 +196,7 @@ func TestQueryCounts(t *testing.T) {
 	}
 }
 
-// TestQueryCountsOptimisticClaim: with WithOptimisticClaim a new key costs
+// TestQueryCountsOptimisticClaim: with WithInsertFirst a new key costs
 // one statement (the bare insert) and an existing key two (the insert that
 // finds it, then the claim-or-read function).
 func TestQueryCountsOptimisticClaim(t *testing.T) {
@@ -204,12 +205,12 @@ func TestQueryCountsOptimisticClaim(t *testing.T) {
 	cfg.MaxConns = 1
 	cfg.ConnConfig.Tracer = tr
 	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithOptimisticClaim())
+	s := newStore(t, pool, WithInsertFirst())
 	ctx := t.Context()
 	if _, err := s.Claim(ctx, claimReq("warm", time.Minute)); err != nil { // and the schema check
 		t.Fatal(err)
 	}
-	count := func(name string, want int, fn func() (core.ClaimResult, error)) core.ClaimResult {
+	count := func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
 		t.Helper()
 		tr.reset()
 		res, err := fn()
@@ -222,15 +223,15 @@ func TestQueryCountsOptimisticClaim(t *testing.T) {
 		return res
 	}
 	req := claimReq("k", time.Minute)
-	res := count("claim (new key)", 1, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
-	if !res.Claimed || res.Record.Status != core.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
+	res := count("claim (new key)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+	if !res.Claimed || res.Record.Status != storekit.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
 		t.Fatalf("new key: %+v", res)
 	}
-	if err := s.Complete(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
-	res = count("claim (replay)", 2, func() (core.ClaimResult, error) { return s.Claim(ctx, req) })
-	if res.Claimed || res.Record.Status != core.StatusCompleted || res.Record.Response == nil {
+	res = count("claim (replay)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+	if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
 		t.Fatalf("replay: %+v", res)
 	}
 }

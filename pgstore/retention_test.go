@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -56,7 +56,7 @@ func TestSweep(t *testing.T) {
 				t.Fatalf("Sweep again = %d, %v; want 0", n, err)
 			}
 			for _, k := range []string{"a", "e"} {
-				if _, err := s.Get(t.Context(), "tenant", k); !errors.Is(err, core.ErrNotFound) {
+				if _, err := s.Get(t.Context(), "tenant", k); !errors.Is(err, storekit.ErrNotFound) {
 					t.Errorf("Get(%s) after sweep: %v, want ErrNotFound", k, err)
 				}
 			}

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -99,7 +101,7 @@ func TestTxRoundTrips(t *testing.T) {
 					}
 				}
 				var (
-					f    core.Fence
+					f    storekit.Fence
 					hctx context.Context
 				)
 				claim := func(key string) func() error {
@@ -109,13 +111,13 @@ func TestTxRoundTrips(t *testing.T) {
 						if err == nil && !res.Claimed {
 							err = errors.New("not claimed")
 						}
-						f = core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-						hctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+						f = storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+						hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 						return err
 					}
 				}
 				handler := func() error { return handle(hctx, table, f.Key) }
-				complete := func() error { return s.Complete(hctx, f, core.StoredResponse{Status: 201, Body: []byte("ok")}) }
+				complete := func() error { return s.Complete(hctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")}) }
 				fail := func() error { return s.Fail(hctx, f) }
 
 				for pass = range 2 {
@@ -223,16 +225,16 @@ func TestTxPipelinedCommitStaleOwner(t *testing.T) {
 				if err != nil || !res.Claimed {
 					t.Fatalf("takeover: %+v, %v", res, err)
 				}
-				nf := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-				nctx := core.ContextWithLease(t.Context(), core.NewLease(s, nf))
+				nf := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+				nctx := storetest.ContextWithLease(t.Context(), storetest.NewLease(s, nf))
 				if err := handle(nctx, table, req.Key); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.Complete(nctx, nf, core.StoredResponse{Status: 201, Body: []byte("new")}); err != nil {
+				if err := s.Complete(nctx, nf, storekit.StoredResponse{Status: 201, Body: []byte("new")}); err != nil {
 					t.Fatalf("new owner's complete: %v", err)
 				}
 
-				err = s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("stale")})
+				err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("stale")})
 				if !errors.Is(err, core.ErrLeaseLost) {
 					t.Fatalf("stale owner's complete = %v, want ErrLeaseLost", err)
 				}
@@ -273,7 +275,7 @@ func TestTxFirstStatementFails(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", req.Key, f.Token); err == nil {
 		t.Fatal("a statement after a failed one succeeded: the transaction was not aborted")
 	}
-	err = s.Complete(ctx, f, core.StoredResponse{Status: 201})
+	err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201})
 	if err == nil || errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("complete after a failed statement = %v, want a failure other than ErrLeaseLost", err)
 	}
@@ -281,7 +283,7 @@ func TestTxFirstStatementFails(t *testing.T) {
 		t.Fatalf("ledger = %v, want empty", got)
 	}
 	rec, err := s.Get(t.Context(), req.Scope, req.Key)
-	if err != nil || rec.Status != core.StatusFailed {
+	if err != nil || rec.Status != storekit.StatusFailed {
 		t.Fatalf("record = %+v, %v; want failed", rec, err)
 	}
 	if st := s.pool.Stat(); st.AcquiredConns() != 0 {
@@ -347,7 +349,7 @@ func TestTxExplicitBegin(t *testing.T) {
 			want := 0
 			if commit {
 				want = 1
-				err = s.Complete(ctx, f, core.StoredResponse{Status: 201})
+				err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201})
 			} else {
 				err = s.Fail(ctx, f)
 			}

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -135,17 +137,17 @@ func sentinelRealError(t *testing.T, key, failure string, opts []Option) {
 		}
 	}
 	fails("commit", func() error {
-		err := eng.Commit(ctx, d, core.Response{Status: 201, Body: []byte(`{"id":1}`)})
+		err := eng.Commit(ctx, d, adapterkit.Response{Status: 201, Body: []byte(`{"id":1}`)})
 		if err != nil {
-			c.Text(string(eng.CommitErrorResponse(err).Body))
+			c.Text(err.Error()) // the answer's body is fixed text; the error reaches error handlers
 		}
 		return err
 	})
 	// The retry's claim fails the same way (the record is claimable: the
 	// commit failed... or the terminated one is processing under a live
 	// lease: release it first).
-	if rec, err := s.Get(ctx, "tenant", key); err == nil && rec.Status == core.StatusProcessing {
-		if err := s.Fail(ctx, core.Fence{Scope: "tenant", Key: key, Token: rec.Token}); err != nil {
+	if rec, err := s.Get(ctx, "tenant", key); err == nil && rec.Status == storekit.StatusProcessing {
+		if err := s.Fail(ctx, storekit.Fence{Scope: "tenant", Key: key, Token: rec.Token}); err != nil {
 			t.Fatal(err)
 		}
 	}

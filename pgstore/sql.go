@@ -12,7 +12,7 @@ import (
 type statements struct {
 	claim     string
 	claimText string
-	claimNew  string // WithOptimisticClaim's first statement
+	claimNew  string // WithInsertFirst's first statement
 	heartbeat string
 	syncClaim string
 	complete  string
@@ -259,7 +259,7 @@ FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFS
 	if c.transactional {
 		s.claimText = asyncCTE + strings.Replace(s.claimText, "{{NOW}}) AS c OFFSET 0", "{{NOW}}) AS c FROM async OFFSET 0", 1)
 	}
-	// WithOptimisticClaim: the function's fast path as the statement itself.
+	// WithInsertFirst: the function's fast path as the statement itself.
 	s.claimNew = `INSERT INTO ` + n.table + ` (` + recordCols + `)
 VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + n.seq + `'::regclass),
         {{NOW}} + $6::bigint * interval '1 microsecond', {{NOW}}, {{NOW}} + $7::bigint * interval '1 microsecond')

@@ -7,16 +7,17 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-// Recovery points: pgstore implements core.StepStore with the steps table
+// Recovery points: pgstore implements storekit.StepStore with the steps table
 // of migration 0005. Each statement is single-row by (scope, key) like the
 // rest of the store, and runs on the store's pool in its own (autocommit)
 // transaction, never in the handler's business transaction (Tx): a step
 // records an effect outside that transaction, and must stay recorded when
 // the business transaction rolls back.
 
-var _ core.StepStore = (*Store)(nil)
+var _ storekit.StepStore = (*Store)(nil)
 
 // stepStatements are the SQL texts of the step methods.
 type stepStatements struct {
@@ -62,9 +63,9 @@ LEFT JOIN ` + stepsTable(c) + ` s ON s.scope = r.scope AND s.key = r.key AND s.e
 	return st
 }
 
-// SaveStep implements core.StepStore: one INSERT ... ON CONFLICT, fenced by
+// SaveStep implements storekit.StepStore: one INSERT ... ON CONFLICT, fenced by
 // the lease token, committed (synchronously) before it returns.
-func (s *Store) SaveStep(ctx context.Context, f core.Fence, name string, result []byte) error {
+func (s *Store) SaveStep(ctx context.Context, f storekit.Fence, name string, result []byte) error {
 	const op = "save step"
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
@@ -82,8 +83,8 @@ func (s *Store) SaveStep(ctx context.Context, f core.Fence, name string, result 
 	return nil
 }
 
-// LoadSteps implements core.StepStore: one SELECT.
-func (s *Store) LoadSteps(ctx context.Context, f core.Fence) (map[string][]byte, error) {
+// LoadSteps implements storekit.StepStore: one SELECT.
+func (s *Store) LoadSteps(ctx context.Context, f storekit.Fence) (map[string][]byte, error) {
 	const op = "load steps"
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, op, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkStep(b *testing.B) {
 				b.Fatal(err)
 			}
 			body := []byte(`{"amount":1000,"currency":"JPY","to":"alice"}`)
-			resp := core.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+			resp := adapterkit.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
 				Body: []byte(`{"id":"pay_123","amount":1000,"currency":"JPY","to":"alice","provider_charge_id":"ch_1"}`)}
 			charge := func(context.Context) ([]byte, error) { return []byte(`{"id":"ch_0123456789abcdef"}`), nil }
 			execute := func(steps int) pairFunc {

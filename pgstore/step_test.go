@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -55,7 +57,7 @@ func TestStepQueryCounts(t *testing.T) {
 	}{
 		{"binary", 0, nil},
 		{"text", pgx.QueryExecModeExec, nil},
-		{"optimistic", 0, []Option{WithOptimisticClaim()}},
+		{"optimistic", 0, []Option{WithInsertFirst()}},
 		{"partitioned", 0, []Option{WithPartitioning(2)}},
 	}
 	for _, v := range variants {
@@ -89,7 +91,7 @@ func TestStepQueryCounts(t *testing.T) {
 			}
 			// Warm up: the schema check on the first claim.
 			wd, _ := stepProceed(t, eng, "warm")
-			if err := eng.Commit(t.Context(), wd, core.Response{Status: 201}); err != nil {
+			if err := eng.Commit(t.Context(), wd, adapterkit.Response{Status: 201}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -102,7 +104,7 @@ func TestStepQueryCounts(t *testing.T) {
 				_, err := core.Step(ctx, "charge", charge)
 				return err
 			})
-			if err := eng.Commit(t.Context(), d, core.Response{Status: http.StatusBadGateway}); err != nil {
+			if err := eng.Commit(t.Context(), d, adapterkit.Response{Status: http.StatusBadGateway}); err != nil {
 				t.Fatal(err)
 			}
 			d, ctx = stepProceed(t, eng, "k1") // takeover of the failed record
@@ -120,7 +122,7 @@ func TestStepQueryCounts(t *testing.T) {
 			if runs != 2 {
 				t.Errorf("step functions ran %d times, want 2 (charge once, notify once)", runs)
 			}
-			if err := eng.Commit(t.Context(), d, core.Response{Status: 201}); err != nil {
+			if err := eng.Commit(t.Context(), d, adapterkit.Response{Status: 201}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -145,7 +147,7 @@ func TestStepOutsideBusinessTx(t *testing.T) {
 	if _, err := core.Step(ctx, "charge", charge); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Commit(t.Context(), d, core.Response{Status: http.StatusServiceUnavailable}); err != nil {
+	if err := eng.Commit(t.Context(), d, adapterkit.Response{Status: http.StatusServiceUnavailable}); err != nil {
 		t.Fatal(err)
 	}
 	if rows := ledgerRows(t, s, table, "k1"); len(rows) != 0 {
@@ -160,7 +162,7 @@ func TestStepOutsideBusinessTx(t *testing.T) {
 	if err := handle(ctx, table, "k1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Commit(t.Context(), d, core.Response{Status: 201}); err != nil {
+	if err := eng.Commit(t.Context(), d, adapterkit.Response{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if rows := ledgerRows(t, s, table, "k1"); len(rows) != 1 {
@@ -188,7 +190,7 @@ func TestStepSweptWithRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(t.Context(), f, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(t.Context(), f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if n := steps(); n != 2 {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/internal/claimrule"
 )
 
@@ -148,23 +149,23 @@ func (s *Store) checkSchema(ctx context.Context) error {
 // statement's snapshot was taken (a retry racing the original request's
 // completion to the microsecond), the payload join cannot see it, so Claim
 // reads the record again with Get.
-func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	const op = "claim"
 	if err := ctx.Err(); err != nil {
-		return core.ClaimResult{}, wrap(ctx, op, err)
+		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
 	if req.Lease <= 0 {
-		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v must be positive", req.Lease)
+		return storekit.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v must be positive", req.Lease)
 	}
 	if req.Retention <= 0 {
-		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: retention %v must be positive", req.Retention)
+		return storekit.ClaimResult{}, fmt.Errorf("pgstore: claim: retention %v must be positive", req.Retention)
 	}
 	if req.Lease < time.Microsecond || req.Retention < time.Microsecond {
-		return core.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v and retention %v must be at least 1µs (database precision)", req.Lease, req.Retention)
+		return storekit.ClaimResult{}, fmt.Errorf("pgstore: claim: lease %v and retention %v must be at least 1µs (database precision)", req.Lease, req.Retention)
 	}
 	if !s.schemaOK.Load() {
 		if err := s.checkSchema(ctx); err != nil {
-			return core.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 	}
 	var cr claimRow
@@ -172,7 +173,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		var err error
 		cr, err = s.claimRow(ctx, &req)
 		if err != nil {
-			return core.ClaimResult{}, wrap(ctx, op, err)
+			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
 		// A claim whose token was drawn before another request took the
 		// record over (and then failed, or let its lease lapse) leaves
@@ -183,11 +184,11 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 			break
 		}
 	}
-	res := core.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now,
+	res := storekit.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now,
 		// Every claim statement sets created_at to its own clock when it
 		// creates the record, and keeps it on a takeover.
 		Fresh: cr.claimed && cr.rec.CreatedAt.Equal(cr.now)}
-	if res.Record.Status == core.StatusCompleted && !cr.hasPayload {
+	if res.Record.Status == storekit.StatusCompleted && !cr.hasPayload {
 		// Partitioned mode only (plain mode reads the response from the
 		// row ON CONFLICT returned). See the method comment.
 		r, err := s.Get(ctx, req.Scope, req.Key)
@@ -197,9 +198,9 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		case err == nil:
 			// The record moved on in between (expired and re-created):
 			// the claim's answer stands, without a payload we cannot see.
-			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: the record changed while reading its payload; retry")
+			return storekit.ClaimResult{}, fmt.Errorf("pgstore: claim: the record changed while reading its payload; retry")
 		default:
-			return core.ClaimResult{}, fmt.Errorf("pgstore: claim: read payload: %w", err)
+			return storekit.ClaimResult{}, fmt.Errorf("pgstore: claim: read payload: %w", err)
 		}
 	}
 	return res, nil
@@ -212,7 +213,7 @@ const claimRaces = 4
 // claimRow runs the claim statement: one composite value, in binary, or
 // on a pool whose QueryExecMode cannot ask for binary results, its columns
 // as text, scanned by pgx.
-func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow, error) {
+func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
 	if s.cfg.optimisticClaim {
 		cr, inserted, err := s.claimNew(ctx, req)
 		if err != nil || inserted {
@@ -257,9 +258,9 @@ func (s *Store) claimRow(ctx context.Context, req *core.ClaimRequest) (claimRow,
 	return cr, rows.Err()
 }
 
-// claimNew is WithOptimisticClaim's first statement: a bare insert of the
+// claimNew is WithInsertFirst's first statement: a bare insert of the
 // processing record. inserted is false when the key exists.
-func (s *Store) claimNew(ctx context.Context, req *core.ClaimRequest) (cr claimRow, inserted bool, err error) {
+func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (cr claimRow, inserted bool, err error) {
 	r := &cr.rec
 	err = s.pool.QueryRow(ctx, s.sql.claimNew,
 		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
@@ -271,7 +272,7 @@ func (s *Store) claimNew(ctx context.Context, req *core.ClaimRequest) (cr claimR
 		return claimRow{}, false, err
 	}
 	r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = req.Scope, req.Key, req.Method, req.Route, req.Fingerprint
-	r.Status = core.StatusProcessing
+	r.Status = storekit.StatusProcessing
 	cr.claimed = true
 	return cr, true, nil
 }
@@ -282,9 +283,9 @@ var claimResultFormat = pgx.QueryResultFormats{pgx.BinaryFormatCode}
 
 // scanRecord scans the common column list (recordCols plus the response
 // columns and a has-payload flag), followed by extra destinations.
-func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (core.Record, error) {
+func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (storekit.Record, error) {
 	var (
-		r           core.Record
+		r           storekit.Record
 		status      string
 		respStatus  *int32
 		respHeader  []byte
@@ -297,11 +298,11 @@ func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (core.Record, error
 		&respStatus, &respHeader, &respBody, &notRetained, hasPayload,
 	}
 	if err := row.Scan(append(dst, extra...)...); err != nil {
-		return core.Record{}, err
+		return storekit.Record{}, err
 	}
-	r.Status = core.Status(status)
-	if r.Status == core.StatusCompleted && *hasPayload && respStatus != nil {
-		resp := &core.StoredResponse{
+	r.Status = storekit.Status(status)
+	if r.Status == storekit.StatusCompleted && *hasPayload && respStatus != nil {
+		resp := &storekit.StoredResponse{
 			Status:      int(*respStatus),
 			Body:        respBody,
 			NotRetained: notRetained,
@@ -312,7 +313,7 @@ func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (core.Record, error
 				err = json.Unmarshal(respHeader, &h)
 			}
 			if err != nil {
-				return core.Record{}, fmt.Errorf("decode stored headers: %w", err)
+				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
 			}
 			resp.Header = h
 		}
@@ -322,7 +323,7 @@ func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (core.Record, error
 }
 
 // Heartbeat implements core.Store. One UPDATE.
-func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Duration) error {
 	const op = "heartbeat"
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
@@ -349,7 +350,7 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 // writes and the stored response become one atomic fact. If the fence no
 // longer matches, the statement raises, the transaction is rolled back (the
 // handler's writes vanish) and ErrLeaseLost is returned.
-func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	const op = "complete"
 	if err := ctx.Err(); err != nil {
 		s.abandonTx(ctx, f)
@@ -388,7 +389,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
 // this lease is rolled back in the same round trip (one pipeline on its
 // connection: ROLLBACK, then the fenced update).
-func (s *Store) Fail(ctx context.Context, f core.Fence) error {
+func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
 	t := s.takeTx(ctx, f)
 	if err := ctx.Err(); err != nil {
@@ -421,10 +422,10 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 // Get implements core.Store. One SELECT. An expired record is returned as
 // stored, except in partitioned mode when its payload partition was already
 // dropped: it is then reported as ErrNotFound, as if swept.
-func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+func (s *Store) Get(ctx context.Context, scope, key string) (storekit.Record, error) {
 	const op = "get"
 	if err := ctx.Err(); err != nil {
-		return core.Record{}, wrap(ctx, op, err)
+		return storekit.Record{}, wrap(ctx, op, err)
 	}
 	var (
 		hasPayload bool
@@ -432,18 +433,18 @@ func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error)
 	)
 	r, err := scanRecord(s.pool.QueryRow(ctx, s.sql.get, scope, key), &hasPayload, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return core.Record{}, fmt.Errorf("pgstore: get: %w", core.ErrNotFound)
+		return storekit.Record{}, fmt.Errorf("pgstore: get: %w", storekit.ErrNotFound)
 	}
 	if err != nil {
-		return core.Record{}, wrap(ctx, op, err)
+		return storekit.Record{}, wrap(ctx, op, err)
 	}
-	if r.Status == core.StatusCompleted && !hasPayload {
+	if r.Status == storekit.StatusCompleted && !hasPayload {
 		// Only possible in partitioned mode: the payload's partition is
 		// gone. That is legitimate only past retention.
 		if !now.Before(r.ExpiresAt) {
-			return core.Record{}, fmt.Errorf("pgstore: get: %w (expired, payload dropped)", core.ErrNotFound)
+			return storekit.Record{}, fmt.Errorf("pgstore: get: %w (expired, payload dropped)", storekit.ErrNotFound)
 		}
-		return core.Record{}, fmt.Errorf("pgstore: get: a completed record has no payload (payload partition dropped before expiry?)")
+		return storekit.Record{}, fmt.Errorf("pgstore: get: a completed record has no payload (payload partition dropped before expiry?)")
 	}
 	return r, nil
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-var _ core.ClaimSyncer = (*Store)(nil)
+var _ storekit.ClaimSyncer = (*Store)(nil)
 
-// SyncClaim implements core.ClaimSyncer. In transactional mode a claim
+// SyncClaim implements storekit.ClaimSyncer. In transactional mode a claim
 // commits without waiting for its WAL flush; a crash before the business
 // commit loses it, which loses a lock, never a fact — until a relay key
 // derived from the record has left the process: a retry after the crash
@@ -17,7 +18,7 @@ var _ core.ClaimSyncer = (*Store)(nil)
 // core.RelayKey calls SyncClaim before the first key of an execution
 // leaves: one fenced statement that waits for its flush, and so for the
 // claim's. In plain mode claims are synchronous and it does nothing.
-func (s *Store) SyncClaim(ctx context.Context, f core.Fence) error {
+func (s *Store) SyncClaim(ctx context.Context, f storekit.Fence) error {
 	const op = "sync claim"
 	if !s.cfg.transactional {
 		return nil

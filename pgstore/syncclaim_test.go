@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -25,7 +26,7 @@ func TestSyncClaimFenced(t *testing.T) {
 			if err != nil || !res.Claimed {
 				t.Fatalf("claim: %+v, %v", res, err)
 			}
-			f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+			f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 			if err := s.SyncClaim(ctx, f); err != nil {
 				t.Fatalf("sync claim of the owner: %v", err)
 			}
@@ -41,7 +42,7 @@ func TestSyncClaimFenced(t *testing.T) {
 				t.Errorf("sync claim after the record failed: %v, want ErrLeaseLost", err)
 			}
 			rec, err := s.Get(ctx, req.Scope, req.Key)
-			if err != nil || rec.Status != core.StatusFailed || rec.Token != f.Token {
+			if err != nil || rec.Status != storekit.StatusFailed || rec.Token != f.Token {
 				t.Errorf("record after refused syncs: %+v, %v; want failed under token %d", rec, err, f.Token)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 var (
@@ -105,7 +106,7 @@ func Tx(ctx context.Context) (pgx.Tx, error) {
 // storeOf returns the *Store that granted lease, looking through store
 // decorators (metrics, tracing), or nil.
 func storeOf(lease *core.Lease) *Store {
-	s, _ := core.StoreAs[*Store](lease.Store())
+	s, _ := storekit.As[*Store](lease.Store())
 	return s
 }
 
@@ -133,7 +134,7 @@ func (s *Store) txIdleMillis() int64 {
 // transaction if one holds a connection. It returns nil when ctx carries no
 // lease of this store for f. Either way, from now on Tx refuses to begin one
 // and the handed-out transaction refuses every call.
-func (s *Store) takeTx(ctx context.Context, f core.Fence) *leaseTx {
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) *leaseTx {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
 		return nil
@@ -154,7 +155,7 @@ func (s *Store) takeTx(ctx context.Context, f core.Fence) *leaseTx {
 }
 
 // abandonTx rolls back the lease's transaction for f, if any.
-func (s *Store) abandonTx(ctx context.Context, f core.Fence) {
+func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) {
 	if t := s.takeTx(ctx, f); t != nil {
 		t.rollback(ctx)
 	}
@@ -171,7 +172,7 @@ func (s *Store) abandonTx(ctx context.Context, f core.Fence) {
 // because the handler's writes were in the transaction: they were rolled
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f core.Fence, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, args []any) error {
 	b := &pgx.Batch{}
 	b.Queue(s.sql.completeTx, args...)
 	b.Queue("commit")
@@ -205,7 +206,7 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f core.Fence, args
 
 // failInTx rolls the handler's transaction back and runs the fenced fail on
 // the same connection, both in one round trip.
-func (s *Store) failInTx(ctx context.Context, t *leaseTx, f core.Fence) (matched, waiters bool, err error) {
+func (s *Store) failInTx(ctx context.Context, t *leaseTx, f storekit.Fence) (matched, waiters bool, err error) {
 	b := &pgx.Batch{}
 	b.Queue("rollback")
 	b.Queue(s.sql.fail, f.Scope, f.Key, f.Token)
@@ -233,7 +234,7 @@ func isLeaseLost(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, leaseLostMarker)
 }
 
-func (s *Store) releaseAfterTxFailure(ctx context.Context, f core.Fence) {
+func (s *Store) releaseAfterTxFailure(ctx context.Context, f storekit.Fence) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	if matched, waiters, err := fenced(fctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token); err == nil && matched && waiters {

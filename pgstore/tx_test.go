@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -41,8 +43,8 @@ func ledgerRows(t *testing.T, s *Store, table, key string) []int64 {
 	return toks
 }
 
-func claimReq(key string, lease time.Duration) core.ClaimRequest {
-	return core.ClaimRequest{
+func claimReq(key string, lease time.Duration) storekit.ClaimRequest {
+	return storekit.ClaimRequest{
 		Scope: "tenant", Key: key, Method: "POST", Route: "/v1/payments",
 		Fingerprint: "f00d", Lease: lease, Retention: time.Hour,
 	}
@@ -60,7 +62,7 @@ func handle(ctx context.Context, table, key string) error {
 	return err
 }
 
-func mustClaim(t *testing.T, s *Store, req core.ClaimRequest) (context.Context, core.Fence) {
+func mustClaim(t *testing.T, s *Store, req storekit.ClaimRequest) (context.Context, storekit.Fence) {
 	t.Helper()
 	res, err := s.Claim(t.Context(), req)
 	if err != nil {
@@ -69,8 +71,8 @@ func mustClaim(t *testing.T, s *Store, req core.ClaimRequest) (context.Context, 
 	if !res.Claimed {
 		t.Fatalf("claim: not claimed: %+v", res.Record)
 	}
-	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-	ctx := core.ContextWithLease(t.Context(), core.NewLease(s, f))
+	f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	ctx := storetest.ContextWithLease(t.Context(), storetest.NewLease(s, f))
 	// If the test stops early, roll back a transaction it left open: the
 	// pool could not close otherwise. A no-op after Complete or Fail.
 	t.Cleanup(func() { s.abandonTx(context.WithoutCancel(ctx), f) })
@@ -110,14 +112,14 @@ func TestTxCommitIsAtomicWithRecord(t *testing.T) {
 			if got := ledgerRows(t, s, table, req.Key); len(got) != 0 {
 				t.Fatalf("ledger visible before commit: %v", got)
 			}
-			if err := s.Complete(ctx, f, core.StoredResponse{Status: 201, Body: []byte("ok")}); err != nil {
+			if err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")}); err != nil {
 				t.Fatalf("complete: %v", err)
 			}
 			if got := ledgerRows(t, s, table, req.Key); len(got) != 1 || got[0] != f.Token {
 				t.Fatalf("ledger after commit = %v, want [%d]", got, f.Token)
 			}
 			rec, err := s.Get(t.Context(), req.Scope, req.Key)
-			if err != nil || rec.Status != core.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != "ok" {
+			if err != nil || rec.Status != storekit.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != "ok" {
 				t.Fatalf("record after commit = %+v, %v", rec, err)
 			}
 			if _, err := Tx(ctx); !errors.Is(err, ErrLeaseFinished) {
@@ -148,7 +150,7 @@ func TestTxFailRollsBack(t *testing.T) {
 				t.Fatalf("ledger after Fail = %v, want none", got)
 			}
 			rec, err := s.Get(t.Context(), req.Scope, req.Key)
-			if err != nil || rec.Status != core.StatusFailed {
+			if err != nil || rec.Status != storekit.StatusFailed {
 				t.Fatalf("record after Fail = %+v, %v", rec, err)
 			}
 			if st := s.pool.Stat(); st.AcquiredConns() != 0 {
@@ -159,7 +161,7 @@ func TestTxFailRollsBack(t *testing.T) {
 			if err := handle(ctx2, table, req.Key); err != nil {
 				t.Fatalf("handler (retry): %v", err)
 			}
-			if err := s.Complete(ctx2, f2, core.StoredResponse{Status: 201}); err != nil {
+			if err := s.Complete(ctx2, f2, storekit.StoredResponse{Status: 201}); err != nil {
 				t.Fatalf("complete (retry): %v", err)
 			}
 			if got := ledgerRows(t, s, table, req.Key); len(got) != 1 || got[0] != f2.Token {
@@ -174,7 +176,7 @@ func TestTxOutsideHandler(t *testing.T) {
 		t.Fatalf("Tx without lease = %v, want ErrNoLease", err)
 	}
 	// A lease granted by another store.
-	ctx := core.ContextWithLease(context.Background(), core.NewLease(otherStore{}, core.Fence{Key: "k"}))
+	ctx := storetest.ContextWithLease(context.Background(), storetest.NewLease(otherStore{}, storekit.Fence{Key: "k"}))
 	if _, err := Tx(ctx); err == nil {
 		t.Fatalf("Tx with a foreign store's lease succeeded")
 	}
@@ -200,13 +202,13 @@ func TestTxThroughDecorator(t *testing.T) {
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim: %+v, %v", res, err)
 	}
-	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-	ctx := core.ContextWithLease(t.Context(), core.NewLease(w, f))
+	f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	ctx := storetest.ContextWithLease(t.Context(), storetest.NewLease(w, f))
 	t.Cleanup(func() { s.abandonTx(context.WithoutCancel(ctx), f) })
 	if err := handle(ctx, table, "k"); err != nil {
 		t.Fatalf("handler through decorator: %v", err)
 	}
-	if err := w.Complete(ctx, f, core.StoredResponse{Status: 201}); err != nil {
+	if err := w.Complete(ctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if got := ledgerRows(t, s, table, "k"); len(got) != 1 {
@@ -239,11 +241,11 @@ func TestTxStaleOwnerWritesVanish(t *testing.T) {
 				t.Fatalf("new handler: %v", err)
 			}
 			// Stale owner wakes up first and tries to commit: refused.
-			err := s.Complete(staleCtx, staleFence, core.StoredResponse{Status: 201, Body: []byte("stale")})
+			err := s.Complete(staleCtx, staleFence, storekit.StoredResponse{Status: 201, Body: []byte("stale")})
 			if !errors.Is(err, core.ErrLeaseLost) {
 				t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
 			}
-			if err := s.Complete(newCtx, newFence, core.StoredResponse{Status: 201, Body: []byte("new")}); err != nil {
+			if err := s.Complete(newCtx, newFence, storekit.StoredResponse{Status: 201, Body: []byte("new")}); err != nil {
 				t.Fatalf("new Complete: %v", err)
 			}
 			if got := ledgerRows(t, s, table, req.Key); len(got) != 1 || got[0] != newFence.Token {
@@ -269,11 +271,11 @@ func TestTxStaleOwnerCommitsBeforeTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(150 * time.Millisecond)
-	if err := s.Complete(ctx, f, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatalf("Complete after lapse without takeover: %v", err)
 	}
 	res, err := s.Claim(t.Context(), req)
-	if err != nil || res.Claimed || res.Record.Status != core.StatusCompleted {
+	if err != nil || res.Claimed || res.Record.Status != storekit.StatusCompleted {
 		t.Fatalf("claim after commit = %+v, %v", res, err)
 	}
 	if got := ledgerRows(t, s, table, req.Key); len(got) != 1 {
@@ -322,7 +324,7 @@ func runInterleavings(t *testing.T, s *Store, table string, keys, workers int, l
 						t.Errorf("claim %s: %v", key, err)
 						return
 					}
-					if res.Record.Status == core.StatusCompleted {
+					if res.Record.Status == storekit.StatusCompleted {
 						return
 					}
 					if !res.Claimed {
@@ -330,8 +332,8 @@ func runInterleavings(t *testing.T, s *Store, table string, keys, workers int, l
 						time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 						continue
 					}
-					f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-					hctx := core.ContextWithLease(ctx, core.NewLease(s, f))
+					f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+					hctx := storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 					if err := handle(hctx, table, key); err != nil {
 						t.Errorf("handler %s: %v", key, err)
 						return
@@ -346,7 +348,7 @@ func runInterleavings(t *testing.T, s *Store, table string, keys, workers int, l
 							return
 						}
 					default:
-						err := s.Complete(hctx, f, core.StoredResponse{Status: 201, Body: []byte(fmt.Sprint(f.Token))})
+						err := s.Complete(hctx, f, storekit.StoredResponse{Status: 201, Body: []byte(fmt.Sprint(f.Token))})
 						switch {
 						case err == nil:
 							commits.Add(1)
@@ -375,7 +377,7 @@ func runInterleavings(t *testing.T, s *Store, table string, keys, workers int, l
 	for k := range keys {
 		key := fmt.Sprintf("key-%d", k)
 		rec, err := s.Get(t.Context(), "tenant", key)
-		if err != nil || rec.Status != core.StatusCompleted {
+		if err != nil || rec.Status != storekit.StatusCompleted {
 			t.Errorf("%s: record %+v, %v; want completed", key, rec, err)
 			continue
 		}

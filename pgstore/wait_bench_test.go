@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // BenchmarkWaitWake measures how soon a waiting duplicate replays after the
 // owner commits: polled at the default interval (20ms, doubling to 200ms),
-// polled at 5ms, and woken by the store when it implements core.Watcher
+// polled at 5ms, and woken by the store when it implements storekit.Watcher
 // (skipped otherwise); see storetest.BenchmarkWaitWake for what is measured
 // and reported. Run with a fixed count, e.g. -benchtime 100x.
 func BenchmarkWaitWake(b *testing.B) {
@@ -24,8 +25,8 @@ func BenchmarkWaitWake(b *testing.B) {
 		storetest.BenchmarkWaitWake(b, s, false, core.WithWaitPoll(5*time.Millisecond))
 	})
 	b.Run("watch", func(b *testing.B) {
-		if _, ok := core.Store(s).(core.Watcher); !ok {
-			b.Skipf("%T is not a core.Watcher", s)
+		if _, ok := core.Store(s).(storekit.Watcher); !ok {
+			b.Skipf("%T is not a storekit.Watcher", s)
 		}
 		storetest.BenchmarkWaitWake(b, s, true)
 	})

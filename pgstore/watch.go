@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-// Waking waiters (core.Watcher) with LISTEN/NOTIFY, paid for only by those
+// Waking waiters (storekit.Watcher) with LISTEN/NOTIFY, paid for only by those
 // who wait:
 //
 //   - A waiter (a duplicate in wait mode, core.WithWait) starts the store's
@@ -133,9 +133,9 @@ func notifyPayload(scope, key string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-var _ core.Watcher = (*Store)(nil)
+var _ storekit.Watcher = (*Store)(nil)
 
-// Watch implements core.Watcher: the returned channel is closed when the
+// Watch implements storekit.Watcher: the returned channel is closed when the
 // in-flight record (scope, key) completes or fails, or at once when it is
 // not in flight any more. If the listener cannot be started or the record
 // cannot be marked (database unreachable, ctx done), Watch returns a nil

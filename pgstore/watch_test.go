@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -120,7 +121,7 @@ func TestWatchWakesWaiterOnComplete(t *testing.T) {
 			owner, waiting, a, _ := waitingPair(t, m.opts...)
 			d, got := ownerAndWaiter(t, owner, waiting, a, "k1")
 			began := time.Now()
-			if err := owner.Commit(d.Context(t.Context()), d, core.Response{Status: 201, Body: []byte(`{"id":"p1"}`)}); err != nil {
+			if err := owner.Commit(d.Context(t.Context()), d, adapterkit.Response{Status: 201, Body: []byte(`{"id":"p1"}`)}); err != nil {
 				t.Fatal(err)
 			}
 			w := receive(t, got, began)
@@ -145,7 +146,7 @@ func TestWatchWakesWaiterOnFail(t *testing.T) {
 	if w.Outcome != core.Proceed {
 		t.Fatalf("waiter got %v, want to take the failed key over", w.Outcome)
 	}
-	if err := waiting.Commit(w.Context(t.Context()), w, core.Response{Status: 201}); err != nil {
+	if err := waiting.Commit(w.Context(t.Context()), w, adapterkit.Response{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -161,7 +162,7 @@ func TestWatchWakesWaiterInTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	if err := owner.Commit(hctx, d, core.Response{Status: 201, Body: []byte(`{"id":"p3"}`)}); err != nil {
+	if err := owner.Commit(hctx, d, adapterkit.Response{Status: 201, Body: []byte(`{"id":"p3"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if w := receive(t, got, began); w.Outcome != core.Replay || string(w.Response.Body) != `{"id":"p3"}` {
@@ -192,7 +193,7 @@ func TestWatchListenerRestarts(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	began := time.Now()
-	if err := owner.Commit(d.Context(t.Context()), d, core.Response{Status: 201}); err != nil {
+	if err := owner.Commit(d.Context(t.Context()), d, adapterkit.Response{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if w := receive(t, got, began); w.Outcome != core.Replay {
@@ -246,7 +247,7 @@ func TestWatchNotifiesOnlyWhenWaited(t *testing.T) {
 				if err != nil || d.Outcome != core.Proceed {
 					t.Fatalf("decide: %v %v", d.Outcome, err)
 				}
-				if err := eng.Commit(d.Context(t.Context()), d, core.Response{Status: 201}); err != nil {
+				if err := eng.Commit(d.Context(t.Context()), d, adapterkit.Response{Status: 201}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -264,7 +265,7 @@ func TestWatchNotifiesOnlyWhenWaited(t *testing.T) {
 			if _, err := s.pool.Exec(t.Context(), s.sql.mark, "user-1", "w1"); err != nil {
 				t.Fatal(err)
 			}
-			if err := eng.Commit(d.Context(t.Context()), d, core.Response{Status: 201}); err != nil {
+			if err := eng.Commit(d.Context(t.Context()), d, adapterkit.Response{Status: 201}); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore"
 )
 
@@ -108,9 +109,9 @@ func (c *cli) fail(code int, err error) int {
 // codeOf maps an error to an exit code.
 func codeOf(err error) int {
 	switch {
-	case errors.Is(err, core.ErrNotFound):
+	case errors.Is(err, storekit.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, core.ErrLeaseLive), errors.Is(err, core.ErrLeaseLost):
+	case errors.Is(err, storekit.ErrLeaseLive), errors.Is(err, core.ErrLeaseLost):
 		return exitRefused
 	}
 	return exitFailure
@@ -247,8 +248,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// takeover will resume from). Stores offer them only to the
 		// current token of a processing record.
 		var steps map[string][]byte
-		if ss, ok := st.(core.StepStore); ok && r.Status == core.StatusProcessing {
-			steps, _ = ss.LoadSteps(ctx, core.Fence{Scope: scope, Key: key, Token: r.Token})
+		if ss, ok := st.(storekit.StepStore); ok && r.Status == storekit.StatusProcessing {
+			steps, _ = ss.LoadSteps(ctx, storekit.Fence{Scope: scope, Key: key, Token: r.Token})
 		}
 		return out.record(r, steps)
 	case "stuck":
@@ -269,7 +270,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			}
 			token = r.Token
 		}
-		if err := st.Release(ctx, core.Fence{Scope: scope, Key: key, Token: token}, live); err != nil {
+		if err := st.Release(ctx, storekit.Fence{Scope: scope, Key: key, Token: token}, live); err != nil {
 			return c.fail(codeOf(err), fmt.Errorf("release %s token %d: %w", describe(scope, key), token, err))
 		}
 		return out.released(scope, key, token)

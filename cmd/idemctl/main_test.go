@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore"
@@ -93,14 +95,14 @@ func backends(t *testing.T, fn func(t *testing.T, c ctl, st core.Store)) {
 	})
 }
 
-func claim(t *testing.T, st core.Store, scope, key string, lease, retention time.Duration) core.Fence {
+func claim(t *testing.T, st core.Store, scope, key string, lease, retention time.Duration) storekit.Fence {
 	t.Helper()
-	res, err := st.Claim(context.Background(), core.ClaimRequest{Scope: scope, Key: key, Method: "POST", Route: "/pay",
+	res, err := st.Claim(context.Background(), storekit.ClaimRequest{Scope: scope, Key: key, Method: "POST", Route: "/pay",
 		Fingerprint: "fp", Lease: lease, Retention: retention})
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim: %v %+v", err, res)
 	}
-	return core.Fence{Scope: scope, Key: key, Token: res.Record.Token}
+	return storekit.Fence{Scope: scope, Key: key, Token: res.Record.Token}
 }
 
 func TestInspectStatsStuck(t *testing.T) { backends(t, testInspectStatsStuck) }
@@ -109,7 +111,7 @@ func testInspectStatsStuck(t *testing.T, c ctl, st core.Store) {
 	ctx := context.Background()
 	kDone, kStuck, kLive := "done-"+sentinel, "stuck-"+sentinel, "live-"+sentinel
 	f := claim(t, st, "u1", kDone, time.Minute, time.Hour)
-	if err := st.Complete(ctx, f, core.StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+	if err := st.Complete(ctx, f, storekit.StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"pay_1"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func testInspectStatsStuck(t *testing.T, c ctl, st core.Store) {
 
 	var rec recordJSON
 	c.json(&rec, "inspect", "-scope", "u1", kDone)
-	if rec.Status != core.StatusCompleted || rec.Response == nil || rec.Response.Status != 201 ||
+	if rec.Status != storekit.StatusCompleted || rec.Response == nil || rec.Response.Status != 201 ||
 		rec.Response.Headers["Content-Type"][0] != "application/json" || rec.Response.BodyBytes != 14 || rec.Response.Body != nil ||
 		rec.CompletedAt == nil || rec.KeyHash != core.RedactKey(kDone) || rec.Key != "" || rec.Token != f.Token {
 		t.Errorf("inspect: %+v", rec)
@@ -132,16 +134,16 @@ func testInspectStatsStuck(t *testing.T, c ctl, st core.Store) {
 		strings.Contains(r.stdout, "pay_1") || !strings.Contains(r.stdout, "(hidden; -body shows it)") {
 		t.Errorf("inspect (text): %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	if ss, ok := st.(core.StepStore); ok {
+	if ss, ok := st.(storekit.StepStore); ok {
 		if err := ss.SaveStep(ctx, stuck, "charge", []byte(`{"id":"ch_1"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.json(&rec, "inspect", "-scope", "u1", kStuck)
-	if rec.Status != core.StatusProcessing || !rec.Stuck || rec.LeaseLeft >= 0 {
+	if rec.Status != storekit.StatusProcessing || !rec.Stuck || rec.LeaseLeft >= 0 {
 		t.Errorf("inspect stuck: %+v", rec)
 	}
-	if _, ok := st.(core.StepStore); ok && (len(rec.Steps) != 1 || rec.Steps[0].Name != "charge" || rec.Steps[0].ResultBytes != 13 || rec.Steps[0].Result != nil) {
+	if _, ok := st.(storekit.StepStore); ok && (len(rec.Steps) != 1 || rec.Steps[0].Name != "charge" || rec.Steps[0].ResultBytes != 13 || rec.Steps[0].Result != nil) {
 		t.Errorf("inspect stuck: steps %+v, want the charge step (13 bytes, hidden)", rec.Steps)
 	}
 	if r := c.run("inspect", "-scope", "u9", kDone); r.code != exitNotFound || !strings.Contains(r.stderr, core.RedactKey(kDone)) {
@@ -160,12 +162,12 @@ func testInspectStatsStuck(t *testing.T, c ctl, st core.Store) {
 
 	var stats statsJSON
 	c.json(&stats, "stats")
-	counts := map[core.Status]statusJSON{}
+	counts := map[storekit.Status]statusJSON{}
 	for _, s := range stats.ByStatus {
 		counts[s.Status] = s
 	}
-	if stats.Total != 3 || counts[core.StatusProcessing].Count != 2 || counts[core.StatusProcessing].Stuck != 1 ||
-		counts[core.StatusCompleted].Count != 1 || counts[core.StatusCompleted].UnderMinute != 1 {
+	if stats.Total != 3 || counts[storekit.StatusProcessing].Count != 2 || counts[storekit.StatusProcessing].Stuck != 1 ||
+		counts[storekit.StatusCompleted].Count != 1 || counts[storekit.StatusCompleted].UnderMinute != 1 {
 		t.Errorf("stats: %+v", stats)
 	}
 	if r := c.run("stats"); r.code != exitOK || !strings.Contains(r.stdout, "processing") {
@@ -219,11 +221,11 @@ func testReleaseLetsRetryRun(t *testing.T, c ctl, st core.Store) {
 	if err != nil || d2.Outcome != core.Proceed {
 		t.Fatalf("retry after release: %v %v, want Proceed", err, d2.Outcome)
 	}
-	if err := eng.Commit(ctx, d2, core.Response{Status: 201, Body: []byte("ok")}); err != nil {
+	if err := eng.Commit(ctx, d2, adapterkit.Response{Status: 201, Body: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	// The released owner is fenced out: a late write changes nothing.
-	if err := st.Complete(ctx, dead, core.StoredResponse{Status: 201, Body: []byte("zombie")}); !errors.Is(err, core.ErrLeaseLost) {
+	if err := st.Complete(ctx, dead, storekit.StoredResponse{Status: 201, Body: []byte("zombie")}); !errors.Is(err, core.ErrLeaseLost) {
 		t.Errorf("the released owner's commit: %v, want ErrLeaseLost", err)
 	}
 	if err := eng.Abort(ctx, d1, nil); !errors.Is(err, core.ErrLeaseLost) {
@@ -235,7 +237,7 @@ func testReleaseLetsRetryRun(t *testing.T, c ctl, st core.Store) {
 	}
 	var rec recordJSON
 	c.json(&rec, "inspect", "-scope", "u1", "-body", key)
-	if rec.Status != core.StatusCompleted || rec.Response == nil || *rec.Response.Body != "ok" || rec.Token <= dead.Token {
+	if rec.Status != storekit.StatusCompleted || rec.Response == nil || *rec.Response.Body != "ok" || rec.Token <= dead.Token {
 		t.Errorf("after the retry: %+v", rec)
 	}
 
@@ -246,7 +248,7 @@ func testReleaseLetsRetryRun(t *testing.T, c ctl, st core.Store) {
 		t.Errorf("release of a lapsed lease: exit %d %s", r.code, r.stderr)
 	}
 	c.json(&rec, "inspect", "-scope", "u1", "lapsed-"+sentinel)
-	if rec.Status != core.StatusFailed {
+	if rec.Status != storekit.StatusFailed {
 		t.Errorf("released record: %s, want failed", rec.Status)
 	}
 }
@@ -262,7 +264,7 @@ func testSweepMaintain(t *testing.T, c ctl, st core.Store) {
 	ctx := context.Background()
 	for _, k := range []string{"a-" + sentinel, "b-" + sentinel} {
 		f := claim(t, st, "u1", k, 100*time.Millisecond, 3*time.Second)
-		if err := st.Complete(ctx, f, core.StoredResponse{Status: 200}); err != nil {
+		if err := st.Complete(ctx, f, storekit.StoredResponse{Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 	}

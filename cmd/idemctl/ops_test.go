@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
@@ -80,7 +81,7 @@ func TestMySQLByURL(t *testing.T) {
 	t.Setenv("DATABASE_URL", raw)
 	var r recordJSON
 	ctl{t: t}.json(&r, "inspect", "-scope", "u1", "url-"+sentinel)
-	if r.Status != core.StatusProcessing || r.KeyHash != core.RedactKey("url-"+sentinel) {
+	if r.Status != storekit.StatusProcessing || r.KeyHash != core.RedactKey("url-"+sentinel) {
 		t.Errorf("inspect through DATABASE_URL=mysql://...: %+v", r)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // printer renders results as text for people or JSON for scripts.
@@ -20,25 +21,25 @@ type printer struct {
 
 // recordJSON is a record as idemctl prints it.
 type recordJSON struct {
-	Scope       string        `json:"scope"`
-	KeyHash     string        `json:"key_hash"`
-	Key         string        `json:"key,omitempty"` // -show-key(s) only
-	Method      string        `json:"method"`
-	Route       string        `json:"route"`
-	Fingerprint string        `json:"fingerprint"`
-	Status      core.Status   `json:"status"`
-	Token       int64         `json:"token"`
-	Stuck       bool          `json:"stuck"`
-	LeaseLeft   float64       `json:"lease_left_seconds"` // negative: lapsed that long ago
-	LockedUntil time.Time     `json:"locked_until"`
-	CreatedAt   time.Time     `json:"created_at"`
-	ExpiresAt   time.Time     `json:"expires_at"`
-	CompletedAt *time.Time    `json:"completed_at,omitempty"`
-	Expired     bool          `json:"expired"`
-	Waiters     bool          `json:"waiters"`
-	Now         time.Time     `json:"db_now"`
-	Response    *responseJSON `json:"response,omitempty"`
-	Steps       []stepJSON    `json:"steps,omitempty"` // processing records only
+	Scope       string          `json:"scope"`
+	KeyHash     string          `json:"key_hash"`
+	Key         string          `json:"key,omitempty"` // -show-key(s) only
+	Method      string          `json:"method"`
+	Route       string          `json:"route"`
+	Fingerprint string          `json:"fingerprint"`
+	Status      storekit.Status `json:"status"`
+	Token       int64           `json:"token"`
+	Stuck       bool            `json:"stuck"`
+	LeaseLeft   float64         `json:"lease_left_seconds"` // negative: lapsed that long ago
+	LockedUntil time.Time       `json:"locked_until"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	CompletedAt *time.Time      `json:"completed_at,omitempty"`
+	Expired     bool            `json:"expired"`
+	Waiters     bool            `json:"waiters"`
+	Now         time.Time       `json:"db_now"`
+	Response    *responseJSON   `json:"response,omitempty"`
+	Steps       []stepJSON      `json:"steps,omitempty"` // processing records only
 }
 
 type stepJSON struct {
@@ -55,7 +56,7 @@ type responseJSON struct {
 	NotRetained bool                `json:"not_retained"`
 }
 
-func (p *printer) toJSON(r core.AdminRecord) recordJSON {
+func (p *printer) toJSON(r storekit.AdminRecord) recordJSON {
 	out := recordJSON{
 		Scope: r.Scope, KeyHash: core.RedactKey(r.Key), Method: r.Method, Route: r.Route, Fingerprint: r.Fingerprint,
 		Status: r.Status, Token: r.Token, Stuck: r.Stuck(), LeaseLeft: r.LockedUntil.Sub(r.Now).Seconds(),
@@ -92,7 +93,7 @@ func (p *printer) emit(v any) int {
 	return exitOK
 }
 
-func (p *printer) record(r core.AdminRecord, steps map[string][]byte) int {
+func (p *printer) record(r storekit.AdminRecord, steps map[string][]byte) int {
 	j := p.toJSON(r)
 	names := make([]string, 0, len(steps))
 	for n := range steps {
@@ -120,7 +121,7 @@ func (p *printer) record(r core.AdminRecord, steps map[string][]byte) int {
 	status := string(j.Status)
 	if j.Stuck {
 		status += fmt.Sprintf(" — STUCK: lease lapsed %v ago", (-time.Duration(j.LeaseLeft * float64(time.Second))).Round(time.Millisecond))
-	} else if j.Status == core.StatusProcessing {
+	} else if j.Status == storekit.StatusProcessing {
 		status += fmt.Sprintf(" — lease live for %v", time.Duration(j.LeaseLeft*float64(time.Second)).Round(time.Millisecond))
 	}
 	row("status", status)
@@ -180,7 +181,7 @@ func stamp(t, now time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano) + " (" + rel + ")"
 }
 
-func (p *printer) records(rs []core.AdminRecord) int {
+func (p *printer) records(rs []storekit.AdminRecord) int {
 	list := make([]recordJSON, len(rs))
 	for i, r := range rs {
 		list[i] = p.toJSON(r)
@@ -233,18 +234,18 @@ type statsJSON struct {
 }
 
 type statusJSON struct {
-	Status      core.Status `json:"status"`
-	Count       int64       `json:"count"`
-	UnderMinute int64       `json:"age_under_1m"`
-	UnderHour   int64       `json:"age_1m_1h"`
-	UnderDay    int64       `json:"age_1h_1d"`
-	Older       int64       `json:"age_over_1d"`
-	Expired     int64       `json:"expired"`
-	Stuck       int64       `json:"stuck"`
-	Oldest      *time.Time  `json:"oldest_created_at,omitempty"`
+	Status      storekit.Status `json:"status"`
+	Count       int64           `json:"count"`
+	UnderMinute int64           `json:"age_under_1m"`
+	UnderHour   int64           `json:"age_1m_1h"`
+	UnderDay    int64           `json:"age_1h_1d"`
+	Older       int64           `json:"age_over_1d"`
+	Expired     int64           `json:"expired"`
+	Stuck       int64           `json:"stuck"`
+	Oldest      *time.Time      `json:"oldest_created_at,omitempty"`
 }
 
-func (p *printer) stats(s core.Stats) int {
+func (p *printer) stats(s storekit.Stats) int {
 	out := statsJSON{Now: s.Now, ByStatus: []statusJSON{}}
 	for _, c := range s.ByStatus {
 		j := statusJSON{Status: c.Status, Count: c.Count, UnderMinute: c.UnderMinute, UnderHour: c.UnderHour,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore"
@@ -48,19 +49,19 @@ func client(t *testing.T, script string, name string, args ...string) {
 func roundTrip(t *testing.T, st core.Store) {
 	t.Helper()
 	ctx := context.Background()
-	req := core.ClaimRequest{Scope: "u1", Key: "k-1", Method: "POST", Route: "/pay", Fingerprint: "fp",
+	req := storekit.ClaimRequest{Scope: "u1", Key: "k-1", Method: "POST", Route: "/pay", Fingerprint: "fp",
 		Lease: time.Minute, Retention: time.Hour}
 	res, err := st.Claim(ctx, req)
 	if err != nil || !res.Claimed {
 		t.Fatalf("first claim: %v %+v", err, res)
 	}
-	f := core.Fence{Scope: "u1", Key: "k-1", Token: res.Record.Token}
-	if err := st.Complete(ctx, f, core.StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+	f := storekit.Fence{Scope: "u1", Key: "k-1", Token: res.Record.Token}
+	if err := st.Complete(ctx, f, storekit.StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"pay_1"}`)}); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
 	again, err := st.Claim(ctx, req)
-	if err != nil || again.Claimed || again.Record.Status != core.StatusCompleted || again.Record.Response == nil ||
+	if err != nil || again.Claimed || again.Record.Status != storekit.StatusCompleted || again.Record.Response == nil ||
 		string(again.Record.Response.Body) != `{"id":"pay_1"}` {
 		t.Fatalf("retry: want the stored response, got %v %+v", err, again)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/pgstore"
 )
@@ -18,7 +18,7 @@ import (
 // openStore connects to the store the DSN names and returns its operator
 // interface. The retention mode is read from the store's migrations, so
 // the tool needs no flag for it.
-func openStore(ctx context.Context, c common) (core.Admin, func(), error) {
+func openStore(ctx context.Context, c common) (storekit.Admin, func(), error) {
 	if c.mysql != "" {
 		cfg, err := mysql.ParseDSN(c.mysql)
 		if err != nil {
@@ -66,7 +66,7 @@ func openStore(ctx context.Context, c common) (core.Admin, func(), error) {
 
 // openMySQL opens mysqlstore on a driver configuration. No statement is
 // sent until a command runs.
-func openMySQL(cfg *mysql.Config, c common) (core.Admin, func(), error) {
+func openMySQL(cfg *mysql.Config, c common) (storekit.Admin, func(), error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mysql: %w", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // NewStore returns a fresh, empty store for one test.
@@ -86,7 +87,7 @@ func onceThenReplay(t *testing.T, s core.Store) {
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if rec.Method != core.CallMethod || rec.Route != "charge" || rec.Status != core.StatusCompleted {
+	if rec.Method != core.CallMethod || rec.Route != "charge" || rec.Status != storekit.StatusCompleted {
 		t.Fatalf("record = method %q route %q status %v; want CALL, charge, completed", rec.Method, rec.Route, rec.Status)
 	}
 }
@@ -306,8 +307,8 @@ type downStore struct{ core.Store }
 
 var errDown = errors.New("connection refused")
 
-func (downStore) Claim(context.Context, core.ClaimRequest) (core.ClaimResult, error) {
-	return core.ClaimResult{}, errDown
+func (downStore) Claim(context.Context, storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	return storekit.ClaimResult{}, errDown
 }
 
 func storeUnavailable(t *testing.T, s core.Store) {
@@ -325,7 +326,7 @@ func storeUnavailable(t *testing.T, s core.Store) {
 // looks alive to itself and dead to everyone else, as a paused process does.
 type deafStore struct{ core.Store }
 
-func (deafStore) Heartbeat(context.Context, core.Fence, time.Duration) error { return nil }
+func (deafStore) Heartbeat(context.Context, storekit.Fence, time.Duration) error { return nil }
 
 func takeoverFences(t *testing.T, s core.Store) {
 	stale := engine(t, deafStore{s}, core.WithLease(300*time.Millisecond))
@@ -365,7 +366,7 @@ func takeoverFences(t *testing.T, s core.Store) {
 }
 
 func steps(t *testing.T, s core.Store) {
-	if _, ok := core.StoreAs[core.StepStore](s); !ok {
+	if _, ok := storekit.As[storekit.StepStore](s); !ok {
 		t.Skip("store keeps no steps")
 	}
 	e := engine(t, s)
@@ -413,7 +414,7 @@ func nested(t *testing.T, s core.Store) {
 	if err != nil || string(outer.Value) != "out+in" {
 		t.Fatalf("nested = %+v, %v", outer, err)
 	}
-	if rec, err := s.Get(ctx(t), scope, "inner"); err != nil || rec.Status != core.StatusCompleted {
+	if rec, err := s.Get(ctx(t), scope, "inner"); err != nil || rec.Status != storekit.StatusCompleted {
 		t.Fatalf("inner record: %+v, %v; want its own completed record", rec, err)
 	}
 }

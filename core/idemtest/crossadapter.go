@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // The cross-adapter scenarios: behaviour every adapter must share because
@@ -39,7 +40,7 @@ type failComplete struct {
 	leaseLost bool
 }
 
-func (s failComplete) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s failComplete) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	if err := s.Store.Fail(ctx, f); err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func (s failComplete) Complete(ctx context.Context, f core.Fence, resp core.Stor
 
 // Watch keeps the wrapped store's Watcher visible.
 func (s failComplete) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {
-	if w, ok := s.Store.(core.Watcher); ok {
+	if w, ok := s.Store.(storekit.Watcher); ok {
 		return w.Watch(ctx, scope, key)
 	}
 	return nil, nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Route is one endpoint the adapter must serve through its idem middleware.
@@ -103,12 +104,12 @@ type FailingStore struct {
 }
 
 // Claim fails without touching the wrapped store.
-func (s FailingStore) Claim(ctx context.Context, _ core.ClaimRequest) (core.ClaimResult, error) {
+func (s FailingStore) Claim(ctx context.Context, _ storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	err := s.Err
 	if err == nil {
 		err = ErrStoreDown
 	}
-	return core.ClaimResult{}, fmt.Errorf("idemtest: claim: %w", err)
+	return storekit.ClaimResult{}, fmt.Errorf("idemtest: claim: %w", err)
 }
 
 // countingStore counts Claim calls, so scenarios can tell that duplicates
@@ -118,16 +119,16 @@ type countingStore struct {
 	claims atomic.Int64
 }
 
-func (s *countingStore) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *countingStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, req)
 }
 
 // countingWatcher is countingStore for a store that is also a
-// core.Watcher: wrapping must not hide the capability from the engine.
+// storekit.Watcher: wrapping must not hide the capability from the engine.
 type countingWatcher struct {
 	*countingStore
-	w core.Watcher
+	w storekit.Watcher
 }
 
 func (s countingWatcher) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {
@@ -199,7 +200,7 @@ func (e *env) startConfig(cfg Config, routes []Route, wrap func(core.Store) core
 	}
 	e.store = &countingStore{Store: inner}
 	var s core.Store = e.store
-	if w, ok := inner.(core.Watcher); ok {
+	if w, ok := inner.(storekit.Watcher); ok {
 		s = countingWatcher{countingStore: e.store, w: w}
 	}
 	if wrap != nil {
@@ -441,7 +442,7 @@ func sameResponse(t *testing.T, first, replay *result) {
 	if !bytes.Equal(replay.body, first.body) {
 		t.Errorf("replay body = %q, want %q", trunc(replay.body), trunc(first.body))
 	}
-	for _, h := range core.DefaultReplayHeaders {
+	for _, h := range core.DefaultReplayHeaders() {
 		if got, want := replay.header.Values(h), first.header.Values(h); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("replay header %s = %q, want %q", h, got, want)
 		}
@@ -472,7 +473,7 @@ func retryAfter(t *testing.T, r *result) {
 }
 
 // record reads (scope, key) back from the store.
-func (e *env) record(scope, key string) (core.Record, error) {
+func (e *env) record(scope, key string) (storekit.Record, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	return e.store.Get(ctx, scope, key)

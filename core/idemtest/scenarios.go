@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // scenarios is the table Run walks. Names are stable: adapter authors pick
@@ -91,7 +92,7 @@ func scFirstRequest(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("store.Get(%q, %q): %v (is the scope the %s header, verbatim?)", tenant, key, err, ScopeHeader)
 	}
-	if rec.Status != core.StatusCompleted || rec.Response == nil {
+	if rec.Status != storekit.StatusCompleted || rec.Response == nil {
 		t.Fatalf("record status = %s, response %v; want completed with a response", rec.Status, rec.Response)
 	}
 	if rec.Response.Status != http.StatusCreated || !bytes.Equal(rec.Response.Body, r.body) {
@@ -540,7 +541,7 @@ func scSetCookie(t *testing.T, e *env) {
 		t.Fatalf("store.Get: %v, %+v", err, rec)
 	}
 	allowed := map[string]bool{}
-	for _, h := range core.DefaultReplayHeaders {
+	for _, h := range core.DefaultReplayHeaders() {
 		allowed[http.CanonicalHeaderKey(h)] = true
 	}
 	for k := range rec.Response.Header {

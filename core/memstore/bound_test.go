@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
@@ -63,7 +64,7 @@ func TestFullStoreNeverRunsTwice(t *testing.T) {
 			if !commit {
 				return 0, d
 			}
-			if err := eng.Commit(ctx, d, core.Response{Status: status}); err != nil {
+			if err := eng.Commit(ctx, d, adapterkit.Response{Status: status}); err != nil {
 				t.Fatalf("commit %s: %v", key, err)
 			}
 			return status, nil
@@ -113,7 +114,7 @@ func TestFullStoreNeverRunsTwice(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times on the full store, want once (the failed key's takeover)", n)
 	}
-	if err := eng.Commit(ctx, inflight, core.Response{Status: http.StatusCreated}); err != nil {
+	if err := eng.Commit(ctx, inflight, adapterkit.Response{Status: http.StatusCreated}); err != nil {
 		t.Errorf("the in-flight owner's commit on a full store: %v", err)
 	}
 

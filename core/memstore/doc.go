@@ -25,7 +25,7 @@
 // handler a second time. Keys already held keep their answers (replay,
 // 409, takeover of a failed record) whether or not the store is full.
 //
-// It implements core.Watcher and core.StepStore: a record's steps live on
+// It implements storekit.Watcher and storekit.StepStore: a record's steps live on
 // the record, survive a takeover, and go when it completes or expires.
 //
 // Responses are copied on the way in (Complete): a caller may reuse the

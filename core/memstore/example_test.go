@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // A first request claims the key, runs, and completes it; its retry is
@@ -16,7 +17,7 @@ func Example() {
 	ctx := context.Background()
 	s := memstore.New(memstore.WithMaxEntries(100_000))
 
-	req := core.ClaimRequest{
+	req := storekit.ClaimRequest{
 		Scope:       "user-42",
 		Key:         "8e03978e-40d5-43e8-bc93-6894a57f9324",
 		Method:      http.MethodPost,
@@ -34,8 +35,8 @@ func Example() {
 	fmt.Println("first claimed:", first.Claimed)
 
 	// ... the handler runs under first.Record.Token ...
-	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: first.Record.Token}
-	if err := s.Complete(ctx, f, core.StoredResponse{Status: http.StatusCreated, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
+	f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: first.Record.Token}
+	if err := s.Complete(ctx, f, storekit.StoredResponse{Status: http.StatusCreated, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // ErrFull is returned (wrapped) by Claim when the store holds its maximum
@@ -43,7 +44,7 @@ type Store struct {
 	// (zero: unknown). A full store rejects new keys without rescanning the
 	// whole map before then, so that being full stays cheap.
 	purgeAfter time.Time
-	// watchers wakes duplicates waiting on a key (core.Watcher). A watch's
+	// watchers wakes duplicates waiting on a key (storekit.Watcher). A watch's
 	// channel is closed exactly when it is removed from this map.
 	watchers map[recKey]map[*watch]struct{}
 }
@@ -53,9 +54,9 @@ type watch struct {
 }
 
 var (
-	_ core.Store     = (*Store)(nil)
-	_ core.Watcher   = (*Store)(nil)
-	_ core.StepStore = (*Store)(nil)
+	_ core.Store         = (*Store)(nil)
+	_ storekit.Watcher   = (*Store)(nil)
+	_ storekit.StepStore = (*Store)(nil)
 )
 
 // New returns an empty Store.
@@ -99,7 +100,7 @@ func expired(r *entry, now time.Time) bool {
 	if now.Before(r.ExpiresAt) {
 		return false
 	}
-	return !(r.Status == core.StatusProcessing && now.Before(r.LockedUntil))
+	return !(r.Status == storekit.StatusProcessing && now.Before(r.LockedUntil))
 }
 
 // lookupLocked returns the record for k, removing it first if it expired
@@ -139,7 +140,7 @@ func (s *Store) notifyLocked(k recKey) {
 // expiresBy returns when r would expire if nothing touched it again: a
 // processing record is held until its lease lapses too.
 func expiresBy(r *entry) time.Time {
-	if r.Status == core.StatusProcessing && r.LockedUntil.After(r.ExpiresAt) {
+	if r.Status == storekit.StatusProcessing && r.LockedUntil.After(r.ExpiresAt) {
 		return r.LockedUntil
 	}
 	return r.ExpiresAt
@@ -167,19 +168,19 @@ func (s *Store) nextTokenLocked() (int64, error) {
 // returns the existing record unchanged. It fails with an error wrapping
 // ErrFull when a new record would exceed the bound (WithMaxEntries), and
 // rejects a non-positive Lease or Retention.
-func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Checked under the lock so a context cancelled while waiting for it
 	// still changes nothing.
 	if err := ctx.Err(); err != nil {
-		return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+		return storekit.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
 	}
 	if req.Lease <= 0 {
-		return core.ClaimResult{}, fmt.Errorf("memstore: claim: lease %v must be positive", req.Lease)
+		return storekit.ClaimResult{}, fmt.Errorf("memstore: claim: lease %v must be positive", req.Lease)
 	}
 	if req.Retention <= 0 {
-		return core.ClaimResult{}, fmt.Errorf("memstore: claim: retention %v must be positive", req.Retention)
+		return storekit.ClaimResult{}, fmt.Errorf("memstore: claim: retention %v must be positive", req.Retention)
 	}
 	now := s.now()
 	k := recKey{req.Scope, req.Key}
@@ -191,20 +192,20 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 				s.purgeLocked(now)
 			}
 			if len(s.recs) >= bound {
-				return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w (%d live records)", ErrFull, len(s.recs))
+				return storekit.ClaimResult{}, fmt.Errorf("memstore: claim: %w (%d live records)", ErrFull, len(s.recs))
 			}
 		}
 		tok, err := s.nextTokenLocked()
 		if err != nil {
-			return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+			return storekit.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
 		}
-		r = &entry{Record: core.Record{
+		r = &entry{Record: storekit.Record{
 			Scope:       req.Scope,
 			Key:         req.Key,
 			Method:      req.Method,
 			Route:       req.Route,
 			Fingerprint: req.Fingerprint,
-			Status:      core.StatusProcessing,
+			Status:      storekit.StatusProcessing,
 			Token:       tok,
 			LockedUntil: now.Add(req.Lease),
 			CreatedAt:   now,
@@ -216,36 +217,36 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 		s.recs[k] = r
 		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
-		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now, Fresh: true}, nil
+		return storekit.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now, Fresh: true}, nil
 
 	case r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
-		(r.Status == core.StatusFailed ||
-			(r.Status == core.StatusProcessing && !now.Before(r.LockedUntil))):
+		(r.Status == storekit.StatusFailed ||
+			(r.Status == storekit.StatusProcessing && !now.Before(r.LockedUntil))):
 		tok, err := s.nextTokenLocked()
 		if err != nil {
-			return core.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+			return storekit.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
 		}
 		// CreatedAt is kept: it is when the key was first used, which is
 		// what an operator looking at a retried request wants to see.
-		r.Status = core.StatusProcessing
+		r.Status = storekit.StatusProcessing
 		r.Token = tok
 		r.LockedUntil = now.Add(req.Lease)
 		r.ExpiresAt = now.Add(req.Retention)
 		r.resp, r.full = storedResp{}, nil
 		s.noteExpiryLocked(r)
 		s.notifyLocked(k)
-		return core.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
+		return storekit.ClaimResult{Claimed: true, Record: copyRecord(r), Now: now}, nil
 
 	default:
-		return core.ClaimResult{Record: copyRecord(r), Now: now}, nil
+		return storekit.ClaimResult{Record: copyRecord(r), Now: now}, nil
 	}
 }
 
 // ownedLocked returns the record f owns: present, not expired, processing
 // and carrying f.Token. s.mu must be held.
-func (s *Store) ownedLocked(f core.Fence, now time.Time) (*entry, bool) {
+func (s *Store) ownedLocked(f storekit.Fence, now time.Time) (*entry, bool) {
 	r, ok := s.lookupLocked(recKey{f.Scope, f.Key}, now)
-	if !ok || r.Status != core.StatusProcessing || r.Token != f.Token {
+	if !ok || r.Status != storekit.StatusProcessing || r.Token != f.Token {
 		return nil, false
 	}
 	return r, true
@@ -254,7 +255,7 @@ func (s *Store) ownedLocked(f core.Fence, now time.Time) (*entry, bool) {
 // Heartbeat implements core.Store. A processing record whose lease lapsed
 // but which nobody took over may still be extended: the token, not the
 // clock, decides ownership.
-func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duration) error {
+func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -274,7 +275,7 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 }
 
 // Complete implements core.Store. resp is copied; the caller may reuse it.
-func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	// Copy before taking the lock: a 1 MiB body should not be copied while
 	// every other request waits.
 	stored := compact(&resp)
@@ -287,7 +288,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 	if !ok {
 		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
 	}
-	r.Status = core.StatusCompleted
+	r.Status = storekit.StatusCompleted
 	r.resp, r.full = stored, nil
 	r.steps = nil         // no one takes a completed record over: its steps are moot
 	s.noteExpiryLocked(r) // no longer held by its lease
@@ -296,7 +297,7 @@ func (s *Store) Complete(ctx context.Context, f core.Fence, resp core.StoredResp
 }
 
 // Fail implements core.Store.
-func (s *Store) Fail(ctx context.Context, f core.Fence) error {
+func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -306,7 +307,7 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 	if !ok {
 		return fmt.Errorf("memstore: fail: %w", core.ErrLeaseLost)
 	}
-	r.Status = core.StatusFailed
+	r.Status = storekit.StatusFailed
 	r.resp, r.full = storedResp{}, nil
 	s.noteExpiryLocked(r)
 	s.notifyLocked(recKey{f.Scope, f.Key})
@@ -315,15 +316,15 @@ func (s *Store) Fail(ctx context.Context, f core.Fence) error {
 
 // Get implements core.Store. An expired record is removed on access and
 // reported as ErrNotFound, consistently with Claim treating its key as new.
-func (s *Store) Get(ctx context.Context, scope, key string) (core.Record, error) {
+func (s *Store) Get(ctx context.Context, scope, key string) (storekit.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return core.Record{}, fmt.Errorf("memstore: get: %w", err)
+		return storekit.Record{}, fmt.Errorf("memstore: get: %w", err)
 	}
 	r, ok := s.lookupLocked(recKey{scope, key}, s.now())
 	if !ok {
-		return core.Record{}, fmt.Errorf("memstore: get: %w", core.ErrNotFound)
+		return storekit.Record{}, fmt.Errorf("memstore: get: %w", storekit.ErrNotFound)
 	}
 	return copyRecord(r), nil
 }
@@ -358,7 +359,7 @@ func (s *Store) purgeLocked(now time.Time) int {
 	return n
 }
 
-// Watch implements core.Watcher: the returned channel is closed at the next
+// Watch implements storekit.Watcher: the returned channel is closed at the next
 // change to (scope, key) — a claim, takeover, heartbeat, completion,
 // failure or removal — or when ctx is done or release is called, whichever
 // comes first. A heartbeat changes nothing a waiter acts on, so that
@@ -419,18 +420,18 @@ func (s *Store) Len() int {
 	return len(s.recs)
 }
 
-// entry is a record as the store holds it: the core.Record (its Response
+// entry is a record as the store holds it: the storekit.Record (its Response
 // always nil) and the completed response in compact form.
 type entry struct {
-	core.Record
+	storekit.Record
 	resp storedResp
 	// full is resp expanded, built by the first read that needs it and
 	// then handed to every reader (records are read-only for callers, see
 	// core.Store); nil until then, and again whenever resp changes. The
 	// compact form is what a record costs the garbage collector until it
 	// is replayed.
-	full *core.StoredResponse
-	// steps holds the results of the handler's steps (core.StepStore,
+	full *storekit.StoredResponse
+	// steps holds the results of the handler's steps (storekit.StepStore,
 	// step.go), kept across takeovers; nil until the first one.
 	steps map[string][]byte
 }
@@ -457,7 +458,7 @@ type headerField struct {
 
 // copyRecord returns r as handed to callers: the record by value and the
 // shared, expanded response. s.mu must be held.
-func copyRecord(r *entry) core.Record {
+func copyRecord(r *entry) storekit.Record {
 	out := r.Record
 	if r.resp.ok {
 		if r.full == nil {
@@ -470,7 +471,7 @@ func copyRecord(r *entry) core.Record {
 
 // compact copies resp into the store's form. An empty body is stored as
 // nil: the contract replays nil and empty alike.
-func compact(resp *core.StoredResponse) storedResp {
+func compact(resp *storekit.StoredResponse) storedResp {
 	out := storedResp{ok: true, status: resp.Status, notRetained: resp.NotRetained}
 	if len(resp.Body) > 0 {
 		out.body = append([]byte(nil), resp.Body...)
@@ -495,11 +496,11 @@ func compact(resp *core.StoredResponse) storedResp {
 	return out
 }
 
-// expand returns r as a core.StoredResponse, as completed (what
+// expand returns r as a storekit.StoredResponse, as completed (what
 // http.Header.Clone made of the header). It shares r's body and values:
 // neither is ever modified.
-func (r *storedResp) expand() *core.StoredResponse {
-	out := &core.StoredResponse{Status: r.status, NotRetained: r.notRetained, Body: r.body}
+func (r *storedResp) expand() *storekit.StoredResponse {
+	out := &storekit.StoredResponse{Status: r.status, NotRetained: r.notRetained, Body: r.body}
 	if r.header == nil {
 		return out
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
 )
 
@@ -49,14 +50,16 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func req(key string) core.ClaimRequest {
-	return core.ClaimRequest{
+func req(key string) storekit.ClaimRequest {
+	return storekit.ClaimRequest{
 		Scope: "tenant", Key: key, Method: http.MethodPost, Route: "/v1/payments",
 		Fingerprint: "fp", Lease: 10 * time.Second, Retention: time.Hour,
 	}
 }
 
-func fence(r core.Record) core.Fence { return core.Fence{Scope: r.Scope, Key: r.Key, Token: r.Token} }
+func fence(r storekit.Record) storekit.Fence {
+	return storekit.Fence{Scope: r.Scope, Key: r.Key, Token: r.Token}
+}
 
 func TestClaimTimesFollowClock(t *testing.T) {
 	clk := newFakeClock()
@@ -96,16 +99,16 @@ func TestRetentionBoundary(t *testing.T) {
 	ctx := t.Context()
 	first, err := s.Claim(ctx, req("k"))
 	require.NoError(t, err)
-	require.NoError(t, s.Complete(ctx, fence(first.Record), core.StoredResponse{Status: 201}))
+	require.NoError(t, s.Complete(ctx, fence(first.Record), storekit.StoredResponse{Status: 201}))
 
 	clk.Advance(time.Hour - time.Nanosecond)
 	rec, err := s.Get(ctx, "tenant", "k")
 	require.NoError(t, err, "not expired one nanosecond before ExpiresAt")
-	assert.Equal(t, core.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 
 	clk.Advance(time.Nanosecond) // ExpiresAt == now: expired
 	_, err = s.Get(ctx, "tenant", "k")
-	require.ErrorIs(t, err, core.ErrNotFound, "expired records are dropped on access")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "expired records are dropped on access")
 	assert.Equal(t, 0, s.Len())
 
 	other := req("k")
@@ -133,7 +136,7 @@ func TestExpiredRecordRefusesOwner(t *testing.T) {
 	require.NoError(t, s.Heartbeat(ctx, fence(res.Record), time.Second), "a live lease keeps the record")
 
 	clk.Advance(time.Second) // lease lapsed too
-	require.ErrorIs(t, s.Complete(ctx, fence(res.Record), core.StoredResponse{Status: 200}), core.ErrLeaseLost)
+	require.ErrorIs(t, s.Complete(ctx, fence(res.Record), storekit.StoredResponse{Status: 200}), core.ErrLeaseLost)
 	require.ErrorIs(t, s.Fail(ctx, fence(res.Record)), core.ErrLeaseLost)
 	require.ErrorIs(t, s.Heartbeat(ctx, fence(res.Record), time.Second), core.ErrLeaseLost)
 	assert.Equal(t, 0, s.Len())
@@ -144,7 +147,7 @@ func TestPurge(t *testing.T) {
 	s := memstore.New(memstore.WithClock(clk.Now))
 	ctx := t.Context()
 
-	short := func(key string, lease time.Duration) core.Record {
+	short := func(key string, lease time.Duration) storekit.Record {
 		r := req(key)
 		r.Lease, r.Retention = lease, time.Minute
 		res, err := s.Claim(ctx, r)
@@ -152,7 +155,7 @@ func TestPurge(t *testing.T) {
 		return res.Record
 	}
 	done := short("done", time.Second)
-	require.NoError(t, s.Complete(ctx, fence(done), core.StoredResponse{Status: 200}))
+	require.NoError(t, s.Complete(ctx, fence(done), storekit.StoredResponse{Status: 200}))
 	failed := short("failed", time.Second)
 	require.NoError(t, s.Fail(ctx, fence(failed)))
 	short("lapsed", time.Second)
@@ -194,7 +197,7 @@ func TestMaxEntries(t *testing.T) {
 	b.Retention = time.Minute
 	bRes, err := s.Claim(ctx, b)
 	require.NoError(t, err)
-	require.NoError(t, s.Complete(ctx, fence(bRes.Record), core.StoredResponse{Status: 200}))
+	require.NoError(t, s.Complete(ctx, fence(bRes.Record), storekit.StoredResponse{Status: 200}))
 
 	_, err = s.Claim(ctx, req("c"))
 	require.ErrorIs(t, err, memstore.ErrFull)
@@ -233,9 +236,9 @@ func TestOptions(t *testing.T) {
 func TestInvalidDurations(t *testing.T) {
 	s := memstore.New()
 	ctx := t.Context()
-	for _, r := range []core.ClaimRequest{
-		func() core.ClaimRequest { r := req("k"); r.Lease = 0; return r }(),
-		func() core.ClaimRequest { r := req("k"); r.Retention = -time.Second; return r }(),
+	for _, r := range []storekit.ClaimRequest{
+		func() storekit.ClaimRequest { r := req("k"); r.Lease = 0; return r }(),
+		func() storekit.ClaimRequest { r := req("k"); r.Retention = -time.Second; return r }(),
 	} {
 		_, err := s.Claim(ctx, r)
 		require.Error(t, err)
@@ -252,7 +255,7 @@ func TestInvalidDurations(t *testing.T) {
 
 func TestErrorsHaveContext(t *testing.T) {
 	s := memstore.New()
-	err := s.Complete(t.Context(), core.Fence{Scope: "s", Key: "k", Token: 1}, core.StoredResponse{})
+	err := s.Complete(t.Context(), storekit.Fence{Scope: "s", Key: "k", Token: 1}, storekit.StoredResponse{})
 	require.True(t, errors.Is(err, core.ErrLeaseLost))
 	assert.Equal(t, "memstore: complete: idem: lease lost", err.Error())
 	_, err = s.Get(t.Context(), "s", "k")
@@ -273,7 +276,7 @@ func TestMaxEntriesNoticesEarlierExpiry(t *testing.T) {
 	_, err = s.Claim(ctx, req("b"))
 	require.ErrorIs(t, err, memstore.ErrFull, "a is held by its lease for 2h")
 
-	require.NoError(t, s.Complete(ctx, fence(res.Record), core.StoredResponse{Status: 200}))
+	require.NoError(t, s.Complete(ctx, fence(res.Record), storekit.StoredResponse{Status: 200}))
 	clk.Advance(time.Hour)
 	b, err := s.Claim(ctx, req("b"))
 	require.NoError(t, err, "a completed and expired after 1h, not 2h")

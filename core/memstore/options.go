@@ -26,7 +26,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // WithClock sets the clock the store reads "now" from: every lease and
 // expiry is computed and compared against it, and it is reported as
-// core.ClaimResult.Now. Tests use it to drive time without sleeping.
+// storekit.ClaimResult.Now. Tests use it to drive time without sleeping.
 // A nil clock is ignored.
 //
 // Default: time.Now.

@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-// LoadSteps implements core.StepStore: the steps stored for the record f
+// LoadSteps implements storekit.StepStore: the steps stored for the record f
 // owns. The map and its slices are the caller's.
-func (s *Store) LoadSteps(ctx context.Context, f core.Fence) (map[string][]byte, error) {
+func (s *Store) LoadSteps(ctx context.Context, f storekit.Fence) (map[string][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -26,10 +27,10 @@ func (s *Store) LoadSteps(ctx context.Context, f core.Fence) (map[string][]byte,
 	return out, nil
 }
 
-// SaveStep implements core.StepStore. Steps live on the record: they are
+// SaveStep implements storekit.StepStore. Steps live on the record: they are
 // kept when it fails or is taken over, dropped when it completes, and gone
 // with it when it expires (a key new again starts with none).
-func (s *Store) SaveStep(ctx context.Context, f core.Fence, name string, result []byte) error {
+func (s *Store) SaveStep(ctx context.Context, f storekit.Fence, name string, result []byte) error {
 	kept := append([]byte{}, result...) // copied before the lock, as Complete does
 	s.mu.Lock()
 	defer s.mu.Unlock()

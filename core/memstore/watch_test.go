@@ -9,7 +9,7 @@ import (
 	"github.com/idemkit/idem/internal/testkit/assert"
 	"github.com/idemkit/idem/internal/testkit/require"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 func closed(ch <-chan struct{}) bool {
@@ -35,13 +35,13 @@ func TestWatch(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := New(WithClock(func() time.Time { return now }))
 	ctx := t.Context()
-	req := core.ClaimRequest{
+	req := storekit.ClaimRequest{
 		Scope: "s", Key: "k", Method: http.MethodPost, Route: "/r", Fingerprint: "fp",
 		Lease: time.Second, Retention: time.Minute,
 	}
 	res, err := s.Claim(ctx, req)
 	require.NoError(t, err)
-	f := core.Fence{Scope: "s", Key: "k", Token: res.Record.Token}
+	f := storekit.Fence{Scope: "s", Key: "k", Token: res.Record.Token}
 
 	// Each change wakes the watchers of its key, and only those.
 	steps := []struct {
@@ -56,11 +56,11 @@ func TestWatch(t *testing.T) {
 			require.True(t, res.Claimed)
 			f.Token = res.Record.Token
 		}},
-		{"complete", func() { require.NoError(t, s.Complete(ctx, f, core.StoredResponse{Status: 201})) }},
+		{"complete", func() { require.NoError(t, s.Complete(ctx, f, storekit.StoredResponse{Status: 201})) }},
 		{"expiry", func() {
 			now = now.Add(time.Minute)
 			_, err := s.Get(ctx, "s", "k")
-			require.ErrorIs(t, err, core.ErrNotFound)
+			require.ErrorIs(t, err, storekit.ErrNotFound)
 		}},
 		{"insert", func() {
 			res, err := s.Claim(ctx, req)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // replayKeys is how many completed keys ClaimReplay cycles through, so that
@@ -94,19 +95,19 @@ func Benchmark(b *testing.B, newStore func(tb testing.TB) core.Store) {
 	})
 }
 
-func benchReq() core.ClaimRequest {
+func benchReq() storekit.ClaimRequest {
 	req := newReq()
 	req.Key = ""
 	return req
 }
 
-var benchResponse = core.StoredResponse{
+var benchResponse = storekit.StoredResponse{
 	Status: http.StatusCreated,
 	Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}},
 	Body:   []byte(`{"id":"pay_1","amount":1000,"currency":"JPY","to":"alice","provider_charge_id":"ch_1"}`),
 }
 
-func claimComplete(ctx context.Context, s core.Store, req core.ClaimRequest) error {
+func claimComplete(ctx context.Context, s core.Store, req storekit.ClaimRequest) error {
 	res, err := s.Claim(ctx, req)
 	if err != nil {
 		return err
@@ -117,19 +118,19 @@ func claimComplete(ctx context.Context, s core.Store, req core.ClaimRequest) err
 	return s.Complete(ctx, fence(res.Record), benchResponse)
 }
 
-func replay(ctx context.Context, s core.Store, req core.ClaimRequest) error {
+func replay(ctx context.Context, s core.Store, req storekit.ClaimRequest) error {
 	res, err := s.Claim(ctx, req)
 	if err != nil {
 		return err
 	}
-	if res.Claimed || res.Record.Status != core.StatusCompleted {
+	if res.Claimed || res.Record.Status != storekit.StatusCompleted {
 		return errNotReplayed(req.Key)
 	}
 	return nil
 }
 
 // completedKeys completes replayKeys keys under req's scope and returns them.
-func completedKeys(b *testing.B, s core.Store, req core.ClaimRequest) []string {
+func completedKeys(b *testing.B, s core.Store, req storekit.ClaimRequest) []string {
 	b.Helper()
 	keys := make([]string, replayKeys)
 	for i := range keys {

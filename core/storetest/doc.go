@@ -23,7 +23,7 @@
 // clock (pgstore uses the database's now()), so the suite cannot inject
 // time. Lease lapses and retention expiry are exercised with short leases
 // (50–100ms) and short sleeps, and instants are compared against
-// core.ClaimResult.Now, never against the test's clock. A few sub-tests
+// storekit.ClaimResult.Now, never against the test's clock. A few sub-tests
 // therefore take a fraction of a second each.
 //
 // Behaviour pinned down beyond the core.Store doc comments:
@@ -42,23 +42,23 @@
 //   - A processing record whose lease lapsed but which nobody took over is
 //     still owned by its token: its owner may heartbeat and complete it.
 //   - Get of an expired record is not checked: a store may return it or
-//     report core.ErrNotFound.
+//     report storekit.ErrNotFound.
 //   - CreatedAt names the record's incarnation (core.RelayKey derives
 //     from it): the claim that creates a record, every takeover of it, its
 //     replays and Get return the very same instant (compared with Equal,
 //     so a store returns what it keeps, e.g. microseconds); a record
-//     created again after expiry, or after Sweep (core.Admin) or Purge
+//     created again after expiry, or after Sweep (storekit.Admin) or Purge
 //     deleted it, gets a new, later one. Group "RelayKey" checks the
 //     consequence through the engine: one relay key for every attempt at
 //     a record (after a failure, after its owner died), another for a new
 //     record under the same key and body. The after-sweep case skips when
 //     the store has no sweep, or keeps expired records for a margin.
 //
-// A store that also implements the optional core.Watcher is checked to wake
+// A store that also implements the optional storekit.Watcher is checked to wake
 // a watch on each change a waiting duplicate acts on (claim, Fail, takeover,
 // Complete) within a few seconds; those sub-tests skip for other stores.
 //
-// A store that also implements the optional core.StepStore (recovery
+// A store that also implements the optional storekit.StepStore (recovery
 // points, core.Step) is checked in the "Steps" group: save and load, fenced
 // writes (a stale owner's write is refused and changes nothing, also when
 // every past owner of a key writes at once, and while a takeover races the
@@ -66,9 +66,9 @@
 // expire with their record (a key new again has none), scope isolation, the
 // size limits and done contexts. Those sub-tests skip for other stores,
 // except Steps/TakeoverNotFresh, which every store must pass: a takeover
-// never reports core.ClaimResult.Fresh.
+// never reports storekit.ClaimResult.Fresh.
 //
 // BenchmarkWaitWake is a single benchmark body rather than a suite: it
 // measures how soon a waiting duplicate (core.WithWait) replays after the
-// owner commits, on a given store, polled or woken by its core.Watcher.
+// owner commits, on a given store, polled or woken by its storekit.Watcher.
 package storetest

@@ -12,6 +12,8 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Incarnations. A record's CreatedAt names its incarnation: it is set when
@@ -31,14 +33,14 @@ var incarnationCases = []testCase{
 }
 
 // requireSameIncarnation compares CreatedAt exactly.
-func requireSameIncarnation(t *testing.T, born time.Time, got core.Record, what string) {
+func requireSameIncarnation(t *testing.T, born time.Time, got storekit.Record, what string) {
 	t.Helper()
 	require.True(t, born.Equal(got.CreatedAt), "%s: CreatedAt %v, want the record's own %v (exactly)", what, got.CreatedAt, born)
 }
 
 // requireNewIncarnation checks that a record created again carries an
 // instant of its own, from the claim that created it.
-func requireNewIncarnation(t *testing.T, old time.Time, res core.ClaimResult, what string) {
+func requireNewIncarnation(t *testing.T, old time.Time, res storekit.ClaimResult, what string) {
 	t.Helper()
 	require.True(t, res.Claimed, "%s: the key is new again", what)
 	require.True(t, res.Record.CreatedAt.After(old), "%s: CreatedAt %v, want a new one after the old record's %v", what, res.Record.CreatedAt, old)
@@ -62,7 +64,7 @@ func testIncarnationTakeovers(t *testing.T, s core.Store) {
 	// Taken over after the lease lapsed: poll with the same request until
 	// the store lets it take over (the store's clock decides).
 	req.Lease = longLease
-	var third core.ClaimResult
+	var third storekit.ClaimResult
 	deadline := time.Now().Add(wakeTimeout)
 	for {
 		third = claim(t, s, req)
@@ -86,7 +88,7 @@ func testIncarnationTakeovers(t *testing.T, s core.Store) {
 }
 
 func testIncarnationNewAfterExpiry(t *testing.T, s core.Store) {
-	mk := func(lease time.Duration) (core.ClaimRequest, core.ClaimResult) {
+	mk := func(lease time.Duration) (storekit.ClaimRequest, storekit.ClaimResult) {
 		req := newReq()
 		req.Lease, req.Retention = lease, shortRetention
 		return req, claimNew(t, s, req)
@@ -102,8 +104,8 @@ func testIncarnationNewAfterExpiry(t *testing.T, s core.Store) {
 	// lease would be taken over (same incarnation) were it not expired.
 	for _, c := range []struct {
 		name string
-		req  core.ClaimRequest
-		old  core.Record
+		req  storekit.ClaimRequest
+		old  storekit.Record
 	}{
 		{"completed", completedReq, completed.Record},
 		{"failed", failedReq, failed.Record},
@@ -123,16 +125,16 @@ func testIncarnationNewAfterExpiry(t *testing.T, s core.Store) {
 	}
 }
 
-// sweep empties s of its expired records with core.Admin's Sweep, or a
+// sweep empties s of its expired records with storekit.Admin's Sweep, or a
 // Purge such as memstore's; false when s has neither.
 func sweep(t *testing.T, s core.Store) bool {
 	t.Helper()
-	if a, ok := core.StoreAs[core.Admin](s); ok {
+	if a, ok := storekit.As[storekit.Admin](s); ok {
 		_, err := a.Sweep(t.Context(), 1000)
 		require.NoError(t, err, "Sweep")
 		return true
 	}
-	if p, ok := core.StoreAs[interface {
+	if p, ok := storekit.As[interface {
 		Purge(context.Context) (int, error)
 	}](s); ok {
 		_, err := p.Purge(t.Context())
@@ -149,9 +151,9 @@ func testIncarnationNewAfterSweep(t *testing.T, s core.Store) {
 	require.NoError(t, s.Complete(t.Context(), fence(first.Record), sampleResponse()))
 	time.Sleep(lapse)
 	if !sweep(t, s) {
-		t.Skip("the store has neither core.Admin nor Purge: nothing sweeps it")
+		t.Skip("the store has neither storekit.Admin nor Purge: nothing sweeps it")
 	}
-	if _, err := s.Get(t.Context(), req.Scope, req.Key); !errors.Is(err, core.ErrNotFound) {
+	if _, err := s.Get(t.Context(), req.Scope, req.Key); !errors.Is(err, storekit.ErrNotFound) {
 		// pgstore and mysqlstore keep an expired record for their
 		// retention margin (an hour by default) before Sweep deletes it.
 		t.Skipf("the sweep kept the expired record (a retention margin): Get = %v", err)
@@ -181,9 +183,9 @@ const relayLabel = "charge"
 // dead to the store: its lease lapses while its handler "runs".
 type deadOwnerStore struct{ core.Store }
 
-func (deadOwnerStore) Heartbeat(context.Context, core.Fence, time.Duration) error { return nil }
+func (deadOwnerStore) Heartbeat(context.Context, storekit.Fence, time.Duration) error { return nil }
 
-// Unwrap lets a store find itself behind the wrapper (core.StoreAs).
+// Unwrap lets a store find itself behind the wrapper (storekit.As).
 func (d deadOwnerStore) Unwrap() core.Store { return d.Store }
 
 func newEngine(t *testing.T, s core.Store, opts ...core.Option) *core.Engine {
@@ -225,7 +227,7 @@ func proceedRelay(t *testing.T, eng *core.Engine, req core.Request, what string)
 
 func commit(t *testing.T, eng *core.Engine, d *core.Decision, status int) {
 	t.Helper()
-	require.NoError(t, eng.Commit(context.Background(), d, core.Response{Status: status, Body: []byte(`{"id":"pay_1"}`)}), "Commit %d", status)
+	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: status, Body: []byte(`{"id":"pay_1"}`)}), "Commit %d", status)
 }
 
 func testRelaySameAcrossTakeovers(t *testing.T, s core.Store) {
@@ -248,7 +250,7 @@ func testRelaySameAcrossTakeovers(t *testing.T, s core.Store) {
 	waiter := newEngine(t, s, core.WithLease(longLease), core.WithRetention(longRetention), core.WithWait(2*wakeTimeout))
 	d, relay = proceedRelay(t, waiter, relayRequest(scope, key, body), "takeover of the dead owner's lapsed lease")
 	assert.Equal(t, first, relay, "a takeover after the owner died sends the provider the first attempt's key")
-	require.ErrorIs(t, dead.Commit(context.Background(), zombie, core.Response{Status: http.StatusCreated}), core.ErrLeaseLost,
+	require.ErrorIs(t, dead.Commit(context.Background(), zombie, adapterkit.Response{Status: http.StatusCreated}), core.ErrLeaseLost,
 		"the dead owner's late commit")
 	commit(t, waiter, d, http.StatusCreated)
 

@@ -13,11 +13,12 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-// stepCases check the optional core.StepStore capability (recovery points).
+// stepCases check the optional storekit.StepStore capability (recovery points).
 // They skip for stores without it, except TakeoverNotFresh, which pins a
-// rule of core.ClaimResult every store must keep.
+// rule of storekit.ClaimResult every store must keep.
 var stepCases = []testCase{
 	{"TakeoverNotFresh", testStepTakeoverNotFresh},
 	{"SaveAndLoad", testStepSaveAndLoad},
@@ -32,18 +33,18 @@ var stepCases = []testCase{
 	{"Context", testStepContext},
 }
 
-// stepStore returns s as a core.StepStore, skipping the test when s is not
+// stepStore returns s as a storekit.StepStore, skipping the test when s is not
 // one (the capability is optional).
-func stepStore(t *testing.T, s core.Store) core.StepStore {
+func stepStore(t *testing.T, s core.Store) storekit.StepStore {
 	t.Helper()
-	ss, ok := s.(core.StepStore)
+	ss, ok := s.(storekit.StepStore)
 	if !ok {
-		t.Skip("store does not implement core.StepStore")
+		t.Skip("store does not implement storekit.StepStore")
 	}
 	return ss
 }
 
-func loadSteps(t *testing.T, ss core.StepStore, f core.Fence) map[string][]byte {
+func loadSteps(t *testing.T, ss storekit.StepStore, f storekit.Fence) map[string][]byte {
 	t.Helper()
 	got, err := ss.LoadSteps(t.Context(), f)
 	require.NoError(t, err, "LoadSteps by the owner")
@@ -60,7 +61,7 @@ func requireSteps(t *testing.T, want map[string]string, got map[string][]byte, w
 	require.Equal(t, want, g, "%s", what)
 }
 
-func saveStep(t *testing.T, ss core.StepStore, f core.Fence, name, result string) {
+func saveStep(t *testing.T, ss storekit.StepStore, f storekit.Fence, name, result string) {
 	t.Helper()
 	require.NoError(t, ss.SaveStep(t.Context(), f, name, []byte(result)), "SaveStep(%s) by the owner", name)
 }
@@ -117,7 +118,7 @@ func testStepSaveAndLoad(t *testing.T, s core.Store) {
 
 	// Steps do not change the record.
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, core.StatusProcessing, rec.Status)
+	assert.Equal(t, storekit.StatusProcessing, rec.Status)
 	assert.Equal(t, f.Token, rec.Token)
 }
 
@@ -151,7 +152,7 @@ func testStepFenced(t *testing.T, s core.Store) {
 	requireSteps(t, map[string]string{"charge": "ch_old"}, loadSteps(t, ss, cur), "stale writes changed nothing")
 
 	// Unknown key, unknown token, other scope: refused.
-	for _, f := range []core.Fence{
+	for _, f := range []storekit.Fence{
 		{Scope: cur.Scope, Key: unique("key"), Token: cur.Token},
 		{Scope: cur.Scope, Key: cur.Key, Token: cur.Token + 1000},
 		{Scope: unique("scope"), Key: cur.Key, Token: cur.Token},
@@ -162,7 +163,7 @@ func testStepFenced(t *testing.T, s core.Store) {
 	}
 	requireSteps(t, map[string]string{"charge": "ch_old"}, loadSteps(t, ss, cur), "refused writes changed nothing")
 	_, err = s.Get(t.Context(), cur.Scope, unique("key"))
-	require.ErrorIs(t, err, core.ErrNotFound, "a refused SaveStep creates no record")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "a refused SaveStep creates no record")
 }
 
 func testStepSurvivesTakeover(t *testing.T, s core.Store) {
@@ -204,7 +205,7 @@ func testStepEndsWithCompletion(t *testing.T, s core.Store) {
 	_, err := ss.LoadSteps(t.Context(), f)
 	requireLeaseLost(t, err, "LoadSteps after Complete")
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, core.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	requireSameResponse(t, &resp, rec.Response, "the completed response")
 }
 
@@ -260,7 +261,7 @@ func testStepScopeIsolation(t *testing.T, s core.Store) {
 	requireSteps(t, map[string]string{"charge": "ch_a"}, loadSteps(t, ss, a), "scope A")
 	requireSteps(t, map[string]string{"charge": "ch_b"}, loadSteps(t, ss, b), "scope B")
 	// A's token on B's record: refused.
-	requireLeaseLost(t, ss.SaveStep(t.Context(), core.Fence{Scope: reqB.Scope, Key: key, Token: a.Token}, "charge", []byte("x")),
+	requireLeaseLost(t, ss.SaveStep(t.Context(), storekit.Fence{Scope: reqB.Scope, Key: key, Token: a.Token}, "charge", []byte("x")),
 		"SaveStep with another scope's token")
 
 	// A store that joins scope and key with a separator would confuse these.
@@ -280,7 +281,7 @@ func testStepConcurrentOwners(t *testing.T, s core.Store) {
 	ss := stepStore(t, s)
 	req := newReq()
 	const owners = 8
-	var fences []core.Fence
+	var fences []storekit.Fence
 	for i := range owners {
 		f := fence(claim(t, s, req).Record)
 		fences = append(fences, f)

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/internal/testkit/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 const (
@@ -35,7 +36,7 @@ const (
 	// compute all of them from one "now" are exact; the tolerance only
 	// absorbs timestamp rounding (PostgreSQL keeps microseconds).
 	clockTolerance = 5 * time.Millisecond
-	// wakeTimeout bounds how long a core.Watcher may take to report a
+	// wakeTimeout bounds how long a storekit.Watcher may take to report a
 	// change; generous, since a store may deliver it asynchronously.
 	wakeTimeout = 5 * time.Second
 	// workers is the number of goroutines in the concurrency sub-tests.
@@ -164,8 +165,8 @@ func fingerprint(body string) string {
 
 // newReq returns a claim request for a fresh (scope, key) with long lease
 // and retention.
-func newReq() core.ClaimRequest {
-	return core.ClaimRequest{
+func newReq() storekit.ClaimRequest {
+	return storekit.ClaimRequest{
 		Scope:       unique("scope"),
 		Key:         unique("key"),
 		Method:      http.MethodPost,
@@ -176,33 +177,33 @@ func newReq() core.ClaimRequest {
 	}
 }
 
-func fence(r core.Record) core.Fence {
-	return core.Fence{Scope: r.Scope, Key: r.Key, Token: r.Token}
+func fence(r storekit.Record) storekit.Fence {
+	return storekit.Fence{Scope: r.Scope, Key: r.Key, Token: r.Token}
 }
 
-func claim(t *testing.T, s core.Store, req core.ClaimRequest) core.ClaimResult {
+func claim(t *testing.T, s core.Store, req storekit.ClaimRequest) storekit.ClaimResult {
 	t.Helper()
 	res, err := s.Claim(t.Context(), req)
 	require.NoError(t, err, "Claim(%s/%s)", req.Scope, req.Key)
 	return res
 }
 
-func claimNew(t *testing.T, s core.Store, req core.ClaimRequest) core.ClaimResult {
+func claimNew(t *testing.T, s core.Store, req storekit.ClaimRequest) storekit.ClaimResult {
 	t.Helper()
 	res := claim(t, s, req)
 	require.True(t, res.Claimed, "Claim of a new key must claim it")
 	return res
 }
 
-func get(t *testing.T, s core.Store, scope, key string) core.Record {
+func get(t *testing.T, s core.Store, scope, key string) storekit.Record {
 	t.Helper()
 	rec, err := s.Get(t.Context(), scope, key)
 	require.NoError(t, err, "Get(%s/%s)", scope, key)
 	return rec
 }
 
-func sampleResponse() core.StoredResponse {
-	return core.StoredResponse{
+func sampleResponse() storekit.StoredResponse {
+	return storekit.StoredResponse{
 		Status: http.StatusCreated,
 		Header: http.Header{
 			"Content-Type": {"application/json"},
@@ -216,7 +217,7 @@ func sampleResponse() core.StoredResponse {
 // requireSameRecord compares two records field by field: times with Equal
 // (a store may return another location or monotonic reading), responses
 // with nil and empty treated alike.
-func requireSameRecord(t *testing.T, want, got core.Record, msgAndArgs ...any) {
+func requireSameRecord(t *testing.T, want, got storekit.Record, msgAndArgs ...any) {
 	t.Helper()
 	ctx := fmt.Sprint(msgAndArgs...)
 	assert.Equal(t, want.Scope, got.Scope, "Scope %s", ctx)
@@ -235,7 +236,7 @@ func requireSameRecord(t *testing.T, want, got core.Record, msgAndArgs ...any) {
 	}
 }
 
-func requireSameResponse(t *testing.T, want, got *core.StoredResponse, msgAndArgs ...any) {
+func requireSameResponse(t *testing.T, want, got *storekit.StoredResponse, msgAndArgs ...any) {
 	t.Helper()
 	ctx := fmt.Sprint(msgAndArgs...)
 	if want == nil || got == nil {
@@ -302,7 +303,7 @@ func testClaimFresh(t *testing.T, s core.Store) {
 	rec := res.Record
 	require.False(t, res.Now.IsZero(), "ClaimResult.Now must be set")
 	assert.Positive(t, rec.Token)
-	assert.Equal(t, core.StatusProcessing, rec.Status)
+	assert.Equal(t, storekit.StatusProcessing, rec.Status)
 	assert.Equal(t, req.Scope, rec.Scope)
 	assert.Equal(t, req.Key, rec.Key)
 	assert.Equal(t, req.Method, rec.Method)
@@ -351,7 +352,7 @@ func testClaimExistingCompleted(t *testing.T, s core.Store) {
 	require.NoError(t, s.Complete(t.Context(), fence(first.Record), resp))
 
 	want := first.Record
-	want.Status = core.StatusCompleted
+	want.Status = storekit.StatusCompleted
 	want.Response = &resp
 
 	again := claim(t, s, req)
@@ -373,7 +374,7 @@ func testClaimFailedTakeover(t *testing.T, s core.Store) {
 	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
 
 	failed := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, core.StatusFailed, failed.Status)
+	assert.Equal(t, storekit.StatusFailed, failed.Status)
 	assert.Equal(t, first.Record.Token, failed.Token)
 	assert.Nil(t, failed.Response)
 
@@ -384,7 +385,7 @@ func testClaimFailedTakeover(t *testing.T, s core.Store) {
 	require.True(t, again.Claimed, "a failed record is taken over by the same request")
 	rec := again.Record
 	assert.Greater(t, rec.Token, first.Record.Token, "takeover yields a larger token")
-	assert.Equal(t, core.StatusProcessing, rec.Status)
+	assert.Equal(t, storekit.StatusProcessing, rec.Status)
 	assert.Equal(t, req.Fingerprint, rec.Fingerprint)
 	assert.Nil(t, rec.Response)
 	requireNear(t, again.Now.Add(req.Lease), rec.LockedUntil, "LockedUntil = Now + Lease after takeover")
@@ -401,11 +402,11 @@ func testClaimFailedMismatch(t *testing.T, s core.Store) {
 
 	for _, c := range []struct {
 		name   string
-		mutate func(*core.ClaimRequest)
+		mutate func(*storekit.ClaimRequest)
 	}{
-		{"fingerprint", func(r *core.ClaimRequest) { r.Fingerprint = fingerprint(`{"amount":50000}`) }},
-		{"method", func(r *core.ClaimRequest) { r.Method = http.MethodPatch }},
-		{"route", func(r *core.ClaimRequest) { r.Route = "/v1/refunds" }},
+		{"fingerprint", func(r *storekit.ClaimRequest) { r.Fingerprint = fingerprint(`{"amount":50000}`) }},
+		{"method", func(r *storekit.ClaimRequest) { r.Method = http.MethodPatch }},
+		{"route", func(r *storekit.ClaimRequest) { r.Route = "/v1/refunds" }},
 	} {
 		other := req
 		c.mutate(&other)
@@ -425,11 +426,11 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 	// Only the same request may take over a lapsed lease.
 	for _, c := range []struct {
 		name   string
-		mutate func(*core.ClaimRequest)
+		mutate func(*storekit.ClaimRequest)
 	}{
-		{"fingerprint", func(r *core.ClaimRequest) { r.Fingerprint = fingerprint(`{"amount":50000}`) }},
-		{"method", func(r *core.ClaimRequest) { r.Method = http.MethodPut }},
-		{"route", func(r *core.ClaimRequest) { r.Route = "/v1/refunds" }},
+		{"fingerprint", func(r *storekit.ClaimRequest) { r.Fingerprint = fingerprint(`{"amount":50000}`) }},
+		{"method", func(r *storekit.ClaimRequest) { r.Method = http.MethodPut }},
+		{"route", func(r *storekit.ClaimRequest) { r.Route = "/v1/refunds" }},
 	} {
 		other := req
 		other.Lease = longLease
@@ -443,7 +444,7 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 	again := claim(t, s, req)
 	require.True(t, again.Claimed, "a lapsed lease is taken over by the same request")
 	assert.Greater(t, again.Record.Token, first.Record.Token, "takeover bumps the token")
-	assert.Equal(t, core.StatusProcessing, again.Record.Status)
+	assert.Equal(t, storekit.StatusProcessing, again.Record.Status)
 	requireNear(t, again.Now.Add(req.Lease), again.Record.LockedUntil, "LockedUntil = Now + Lease after takeover")
 	requireNear(t, again.Now.Add(req.Retention), again.Record.ExpiresAt, "ExpiresAt = Now + Retention after takeover")
 
@@ -457,7 +458,7 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 	requireSameRecord(t, again.Record, get(t, s, req.Scope, req.Key), "after the old owner's Complete")
 	require.NoError(t, s.Complete(t.Context(), fence(again.Record), sampleResponse()), "Complete by the new owner")
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, core.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	assert.Equal(t, again.Record.Token, rec.Token)
 }
 
@@ -481,7 +482,7 @@ func testFenceStaleToken(t *testing.T, s core.Store) {
 	resp := sampleResponse()
 	require.NoError(t, s.Complete(t.Context(), fence(cur.Record), resp))
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, core.StatusCompleted, rec.Status)
+	assert.Equal(t, storekit.StatusCompleted, rec.Status)
 	assert.Equal(t, cur.Record.Token, rec.Token)
 	requireSameResponse(t, &resp, rec.Response, "new owner's response")
 }
@@ -521,12 +522,12 @@ func testFenceUnknown(t *testing.T, s core.Store) {
 
 	for _, c := range []struct {
 		name string
-		f    core.Fence
+		f    storekit.Fence
 	}{
-		{"zero token", core.Fence{Scope: req.Scope, Key: req.Key, Token: 0}},
-		{"future token", core.Fence{Scope: req.Scope, Key: req.Key, Token: want.Token + 1}},
-		{"other scope", core.Fence{Scope: unique("scope"), Key: req.Key, Token: want.Token}},
-		{"other key", core.Fence{Scope: req.Scope, Key: unique("key"), Token: want.Token}},
+		{"zero token", storekit.Fence{Scope: req.Scope, Key: req.Key, Token: 0}},
+		{"future token", storekit.Fence{Scope: req.Scope, Key: req.Key, Token: want.Token + 1}},
+		{"other scope", storekit.Fence{Scope: unique("scope"), Key: req.Key, Token: want.Token}},
+		{"other key", storekit.Fence{Scope: req.Scope, Key: unique("key"), Token: want.Token}},
 	} {
 		requireLeaseLost(t, s.Complete(t.Context(), c.f, sampleResponse()), "Complete with "+c.name)
 		requireLeaseLost(t, s.Fail(t.Context(), c.f), "Fail with "+c.name)
@@ -536,7 +537,7 @@ func testFenceUnknown(t *testing.T, s core.Store) {
 
 	// Writes to a missing record must not create one.
 	_, err := s.Get(t.Context(), req.Scope, unique("key"))
-	require.ErrorIs(t, err, core.ErrNotFound)
+	require.ErrorIs(t, err, storekit.ErrNotFound)
 }
 
 // -------------------------------------------------------------- heartbeat
@@ -554,7 +555,7 @@ func testHeartbeatExtends(t *testing.T, s core.Store) {
 	assert.True(t, recA.LockedUntil.After(a.Record.LockedUntil.Add(longLease/2)),
 		"Heartbeat must extend LockedUntil to store now + extend: was %v, now %v", a.Record.LockedUntil, recA.LockedUntil)
 	assert.Equal(t, a.Record.Token, recA.Token, "Heartbeat keeps the token")
-	assert.Equal(t, core.StatusProcessing, recA.Status)
+	assert.Equal(t, storekit.StatusProcessing, recA.Status)
 
 	time.Sleep(lapse) // a's original lease and b's lease have lapsed
 
@@ -567,13 +568,13 @@ func testHeartbeatExtends(t *testing.T, s core.Store) {
 	againB := claim(t, s, reqB)
 	require.False(t, againB.Claimed, "the heartbeat revived the lease")
 	require.NoError(t, s.Complete(t.Context(), fence(b.Record), sampleResponse()))
-	assert.Equal(t, core.StatusCompleted, get(t, s, reqB.Scope, reqB.Key).Status)
+	assert.Equal(t, storekit.StatusCompleted, get(t, s, reqB.Scope, reqB.Key).Status)
 }
 
 // -------------------------------------------------------------- retention
 
 func testRetention(t *testing.T, s core.Store) {
-	mk := func(lease time.Duration) (core.ClaimRequest, core.ClaimResult) {
+	mk := func(lease time.Duration) (storekit.ClaimRequest, storekit.ClaimResult) {
 		req := newReq()
 		req.Lease, req.Retention = lease, shortRetention
 		return req, claimNew(t, s, req)
@@ -593,7 +594,7 @@ func testRetention(t *testing.T, s core.Store) {
 
 	for _, c := range []struct {
 		name string
-		req  core.ClaimRequest
+		req  storekit.ClaimRequest
 	}{
 		{"completed", completedReq},
 		{"failed", failedReq},
@@ -608,7 +609,7 @@ func testRetention(t *testing.T, s core.Store) {
 		require.True(t, res.Claimed, "%s record past retention: the key is new again, whatever the request", c.name)
 		rec := res.Record
 		assert.Greater(t, rec.Token, maxToken, "%s: the new record gets a fresh, larger token", c.name)
-		assert.Equal(t, core.StatusProcessing, rec.Status, c.name)
+		assert.Equal(t, storekit.StatusProcessing, rec.Status, c.name)
 		assert.Equal(t, req.Method, rec.Method, c.name)
 		assert.Equal(t, req.Route, rec.Route, c.name)
 		assert.Equal(t, req.Fingerprint, rec.Fingerprint, c.name)
@@ -647,12 +648,12 @@ func testScopeIsolation(t *testing.T, s core.Store) {
 
 	require.NoError(t, s.Fail(t.Context(), fence(b.Record)))
 	recA := get(t, s, reqA.Scope, key)
-	assert.Equal(t, core.StatusCompleted, recA.Status)
+	assert.Equal(t, storekit.StatusCompleted, recA.Status)
 	requireSameResponse(t, &resp, recA.Response, "scope A after failing scope B")
-	assert.Equal(t, core.StatusFailed, get(t, s, reqB.Scope, key).Status)
+	assert.Equal(t, storekit.StatusFailed, get(t, s, reqB.Scope, key).Status)
 
 	_, err := s.Get(t.Context(), unique("scope"), key)
-	require.ErrorIs(t, err, core.ErrNotFound, "a third scope has no record")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "a third scope has no record")
 }
 
 func testScopeNoCollision(t *testing.T, s core.Store) {
@@ -679,21 +680,21 @@ func testScopeEmpty(t *testing.T, s core.Store) {
 	replay := claim(t, s, reqE)
 	require.False(t, replay.Claimed)
 	requireSameResponse(t, &resp, replay.Record.Response, "replay in the empty scope")
-	assert.Equal(t, core.StatusProcessing, get(t, s, reqX.Scope, reqX.Key).Status, "another scope is unaffected")
+	assert.Equal(t, storekit.StatusProcessing, get(t, s, reqX.Scope, reqX.Key).Status, "another scope is unaffected")
 }
 
 // --------------------------------------------------------------- response
 
 // roundTrip completes a fresh key with resp and checks that both Get and a
 // replaying Claim return it.
-func roundTrip(t *testing.T, s core.Store, resp core.StoredResponse, want core.StoredResponse) {
+func roundTrip(t *testing.T, s core.Store, resp storekit.StoredResponse, want storekit.StoredResponse) {
 	t.Helper()
 	req := newReq()
 	res := claimNew(t, s, req)
 	require.NoError(t, s.Complete(t.Context(), fence(res.Record), resp))
 
 	rec := get(t, s, req.Scope, req.Key)
-	require.Equal(t, core.StatusCompleted, rec.Status)
+	require.Equal(t, storekit.StatusCompleted, rec.Status)
 	requireSameResponse(t, &want, rec.Response, "via Get")
 
 	replay := claim(t, s, req)
@@ -702,7 +703,7 @@ func roundTrip(t *testing.T, s core.Store, resp core.StoredResponse, want core.S
 }
 
 func testResponseHeaders(t *testing.T, s core.Store) {
-	resp := core.StoredResponse{
+	resp := storekit.StoredResponse{
 		Status: http.StatusAccepted,
 		Header: http.Header{
 			"Content-Type":        {"application/json; charset=utf-8"},
@@ -715,7 +716,7 @@ func testResponseHeaders(t *testing.T, s core.Store) {
 	}
 	roundTrip(t, s, resp, resp)
 
-	noHeader := core.StoredResponse{Status: http.StatusNoContent}
+	noHeader := storekit.StoredResponse{Status: http.StatusNoContent}
 	roundTrip(t, s, noHeader, noHeader)
 }
 
@@ -727,11 +728,11 @@ func testResponseHeaders(t *testing.T, s core.Store) {
 // other byte comes back as it was.
 func testResponseHeaderBytes(t *testing.T, s core.Store) {
 	values := []string{"a\x00b", "\x00", "\xff\xfe", "ok\xc3", "tab\there", "ctl\x01\x1f\x7f", `quote"back\slash`, "支払い ✓"}
-	resp := core.StoredResponse{Status: http.StatusCreated, Header: http.Header{"X-Odd": values}, Body: []byte(`{}`)}
+	resp := storekit.StoredResponse{Status: http.StatusCreated, Header: http.Header{"X-Odd": values}, Body: []byte(`{}`)}
 	req := newReq()
 	res := claimNew(t, s, req)
 	require.NoError(t, s.Complete(t.Context(), fence(res.Record), resp), "Complete must not fail on header bytes a field value cannot carry")
-	for how, r := range map[string]*core.StoredResponse{"via Get": get(t, s, req.Scope, req.Key).Response, "via Claim": claim(t, s, req).Record.Response} {
+	for how, r := range map[string]*storekit.StoredResponse{"via Get": get(t, s, req.Scope, req.Key).Response, "via Claim": claim(t, s, req).Record.Response} {
 		require.NotNil(t, r, how)
 		got := r.Header["X-Odd"]
 		require.Len(t, got, len(values), how)
@@ -762,7 +763,7 @@ func withReplacementChar(v string) string {
 // testResponseBody checks body round trips; nil and empty both read back
 // as an empty body (requireSameResponse treats them alike).
 func testResponseBody(t *testing.T, s core.Store, body []byte) {
-	resp := core.StoredResponse{
+	resp := storekit.StoredResponse{
 		Status: http.StatusOK,
 		Header: http.Header{"Content-Type": {"application/octet-stream"}},
 		Body:   body,
@@ -781,13 +782,13 @@ func binaryBody() []byte {
 }
 
 func testResponseNotRetained(t *testing.T, s core.Store) {
-	resp := core.StoredResponse{Status: http.StatusOK, NotRetained: true}
+	resp := storekit.StoredResponse{Status: http.StatusOK, NotRetained: true}
 	roundTrip(t, s, resp, resp)
 }
 
 // --------------------------------------------------------------- aliasing
 
-func mutate(resp *core.StoredResponse) {
+func mutate(resp *storekit.StoredResponse) {
 	if resp == nil {
 		return
 	}
@@ -839,7 +840,7 @@ func testHandedOutStaysPut(t *testing.T, s core.Store) {
 	time.Sleep(time.Until(start.Add(retention)) + lapse) // the key is new again
 	req.Retention = longRetention
 	again := claimNew(t, s, req)
-	other := core.StoredResponse{
+	other := storekit.StoredResponse{
 		Status: http.StatusAccepted,
 		Header: http.Header{"Content-Type": {"text/plain"}, "Location": {"/v1/payments/pay_2"}, "Link": {"</c>"}},
 		Body:   []byte(`other response, other length`),
@@ -858,11 +859,11 @@ func testHandedOutStaysPut(t *testing.T, s core.Store) {
 func testGetMissing(t *testing.T, s core.Store) {
 	req := newReq()
 	_, err := s.Get(t.Context(), req.Scope, req.Key)
-	require.ErrorIs(t, err, core.ErrNotFound, "Get of a key never claimed")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "Get of a key never claimed")
 
 	claimNew(t, s, req)
 	_, err = s.Get(t.Context(), req.Scope, unique("key"))
-	require.ErrorIs(t, err, core.ErrNotFound, "Get of another key in the same scope")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "Get of another key in the same scope")
 }
 
 // ---------------------------------------------------------------- context
@@ -885,7 +886,7 @@ func testDoneContext(t *testing.T, s core.Store, ctx context.Context, want error
 	_, err := s.Claim(ctx, fresh)
 	require.ErrorIs(t, err, want, "Claim")
 	_, err = s.Get(t.Context(), fresh.Scope, fresh.Key)
-	require.ErrorIs(t, err, core.ErrNotFound, "a Claim with a done context must not create a record")
+	require.ErrorIs(t, err, storekit.ErrNotFound, "a Claim with a done context must not create a record")
 
 	// A claim that would take over does not.
 	failedReq := newReq()
@@ -915,9 +916,9 @@ func testDoneContext(t *testing.T, s core.Store, ctx context.Context, want error
 
 // claimAll runs workers concurrent Claims of reqs(i) released together and
 // returns the results; failed calls are reported and left zero.
-func claimAll(t *testing.T, s core.Store, reqs func(i int) core.ClaimRequest) []core.ClaimResult {
+func claimAll(t *testing.T, s core.Store, reqs func(i int) storekit.ClaimRequest) []storekit.ClaimResult {
 	t.Helper()
-	results := make([]core.ClaimResult, workers)
+	results := make([]storekit.ClaimResult, workers)
 	ok := make([]bool, workers)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -943,9 +944,9 @@ func claimAll(t *testing.T, s core.Store, reqs func(i int) core.ClaimRequest) []
 
 // requireOneWinner checks that exactly one of results claimed and that all
 // others saw the winner's record.
-func requireOneWinner(t *testing.T, results []core.ClaimResult) core.Record {
+func requireOneWinner(t *testing.T, results []storekit.ClaimResult) storekit.Record {
 	t.Helper()
-	var winner core.Record
+	var winner storekit.Record
 	n := 0
 	for _, r := range results {
 		if r.Claimed {
@@ -956,23 +957,23 @@ func requireOneWinner(t *testing.T, results []core.ClaimResult) core.Record {
 	require.Equal(t, 1, n, "exactly one concurrent Claim must win")
 	for i, r := range results {
 		assert.Equal(t, winner.Token, r.Record.Token, "worker %d must see the winner's token", i)
-		assert.Equal(t, core.StatusProcessing, r.Record.Status, "worker %d", i)
+		assert.Equal(t, storekit.StatusProcessing, r.Record.Status, "worker %d", i)
 	}
 	return winner
 }
 
 func testConcurrentSameKey(t *testing.T, s core.Store) {
 	req := newReq()
-	winner := requireOneWinner(t, claimAll(t, s, func(int) core.ClaimRequest { return req }))
+	winner := requireOneWinner(t, claimAll(t, s, func(int) storekit.ClaimRequest { return req }))
 	requireSameRecord(t, winner, get(t, s, req.Scope, req.Key), "Get after the race")
 }
 
 func testConcurrentDistinctKeys(t *testing.T, s core.Store) {
-	reqs := make([]core.ClaimRequest, workers)
+	reqs := make([]storekit.ClaimRequest, workers)
 	for i := range reqs {
 		reqs[i] = newReq()
 	}
-	results := claimAll(t, s, func(i int) core.ClaimRequest { return reqs[i] })
+	results := claimAll(t, s, func(i int) storekit.ClaimRequest { return reqs[i] })
 	seen := make(map[int64]int, workers)
 	for i, r := range results {
 		require.True(t, r.Claimed, "worker %d: a distinct key must be claimed", i)
@@ -989,7 +990,7 @@ func testConcurrentExpiredTakeover(t *testing.T, s core.Store) {
 	first := claimNew(t, s, req)
 	time.Sleep(lapse)
 	req.Lease = longLease
-	winner := requireOneWinner(t, claimAll(t, s, func(int) core.ClaimRequest { return req }))
+	winner := requireOneWinner(t, claimAll(t, s, func(int) storekit.ClaimRequest { return req }))
 	require.Greater(t, winner.Token, first.Record.Token)
 	requireLeaseLost(t, s.Complete(t.Context(), fence(first.Record), sampleResponse()), "Complete by the old owner")
 	require.NoError(t, s.Complete(t.Context(), fence(winner), sampleResponse()))
@@ -999,7 +1000,7 @@ func testConcurrentFailedTakeover(t *testing.T, s core.Store) {
 	req := newReq()
 	first := claimNew(t, s, req)
 	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
-	winner := requireOneWinner(t, claimAll(t, s, func(int) core.ClaimRequest { return req }))
+	winner := requireOneWinner(t, claimAll(t, s, func(int) storekit.ClaimRequest { return req }))
 	require.Greater(t, winner.Token, first.Record.Token)
 }
 
@@ -1015,7 +1016,7 @@ func testConcurrentComplete(t *testing.T, s core.Store) {
 	for i := range workers {
 		wg.Go(func() {
 			<-start
-			errs[i] = s.Complete(t.Context(), f, core.StoredResponse{Status: http.StatusOK, Body: fmt.Appendf(nil, "worker %d", i)})
+			errs[i] = s.Complete(t.Context(), f, storekit.StoredResponse{Status: http.StatusOK, Body: fmt.Appendf(nil, "worker %d", i)})
 		})
 	}
 	close(start)
@@ -1040,13 +1041,13 @@ func testConcurrentComplete(t *testing.T, s core.Store) {
 
 // ---------------------------------------------------------------- watcher
 
-// watcher returns s as a core.Watcher, skipping the test when s is not one
+// watcher returns s as a storekit.Watcher, skipping the test when s is not one
 // (the capability is optional).
-func watcher(t *testing.T, s core.Store) core.Watcher {
+func watcher(t *testing.T, s core.Store) storekit.Watcher {
 	t.Helper()
-	w, ok := s.(core.Watcher)
+	w, ok := s.(storekit.Watcher)
 	if !ok {
-		t.Skip("store does not implement core.Watcher")
+		t.Skip("store does not implement storekit.Watcher")
 	}
 	return w
 }

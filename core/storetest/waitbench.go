@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // BenchmarkWaitWake measures wait mode (core.WithWait) on s: one
@@ -21,7 +23,7 @@ import (
 // seed). The engine is built with core.WithWait(5s) followed by opts, so
 // opts may override the wait or set core.WithWaitPoll.
 //
-// With watch, s must implement core.Watcher (the benchmark fails otherwise;
+// With watch, s must implement storekit.Watcher (the benchmark fails otherwise;
 // a caller whose store may not should check and skip) and the waiter is
 // woken by it; without, the Watcher is hidden and the waiter polls.
 //
@@ -35,9 +37,9 @@ func BenchmarkWaitWake(b *testing.B, s core.Store, watch bool, opts ...core.Opti
 	ls := &lookStore{Store: s, looked: make(chan struct{}, 1)}
 	var es core.Store = ls
 	if watch {
-		w, ok := s.(core.Watcher)
+		w, ok := s.(storekit.Watcher)
 		if !ok {
-			b.Fatalf("%T is not a core.Watcher", s)
+			b.Fatalf("%T is not a storekit.Watcher", s)
 		}
 		es = watchLookStore{ls, w}
 	}
@@ -98,7 +100,7 @@ func BenchmarkWaitWake(b *testing.B, s core.Store, watch bool, opts ...core.Opti
 // in BenchmarkWaitWake: a typical payment and its 201.
 var (
 	waitBody     = []byte(`{"amount":1000,"currency":"JPY","to":"alice"}`)
-	waitResponse = core.Response{
+	waitResponse = adapterkit.Response{
 		Status: http.StatusCreated,
 		Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}},
 		Body:   []byte(`{"id":"pay_1","amount":1000,"currency":"JPY","to":"alice","provider_charge_id":"ch_1"}`),
@@ -106,13 +108,13 @@ var (
 )
 
 // lookStore signals every claim that did not claim: a waiter has looked
-// and found the key in flight. It hides the inner store's core.Watcher.
+// and found the key in flight. It hides the inner store's storekit.Watcher.
 type lookStore struct {
 	core.Store
 	looked chan struct{}
 }
 
-func (s *lookStore) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *lookStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, req)
 	if err == nil && !res.Claimed {
 		select {
@@ -123,10 +125,10 @@ func (s *lookStore) Claim(ctx context.Context, req core.ClaimRequest) (core.Clai
 	return res, err
 }
 
-// watchLookStore is lookStore keeping the inner store's core.Watcher.
+// watchLookStore is lookStore keeping the inner store's storekit.Watcher.
 type watchLookStore struct {
 	*lookStore
-	w core.Watcher
+	w storekit.Watcher
 }
 
 func (s watchLookStore) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // memLedger is the in-memory ledger of the embedded default: a
@@ -106,7 +107,7 @@ func (l *memLedger) List(_ context.Context, user string) ([]Payment, error) {
 
 // ledgerStore is memstore with the ledger's commit hook: Complete books the
 // rows parked on the lease once the fenced update succeeded; Fail drops
-// them. Embedding keeps memstore's other methods, core.Watcher included.
+// them. Embedding keeps memstore's other methods, storekit.Watcher included.
 type ledgerStore struct {
 	*memstore.Store
 	ledger *memLedger
@@ -114,7 +115,7 @@ type ledgerStore struct {
 }
 
 // Complete implements core.Store.
-func (s ledgerStore) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
+func (s ledgerStore) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	err := s.Store.Complete(ctx, f, resp)
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
@@ -134,7 +135,7 @@ func (s ledgerStore) Complete(ctx context.Context, f core.Fence, resp core.Store
 }
 
 // Fail implements core.Store.
-func (s ledgerStore) Fail(ctx context.Context, f core.Fence) error {
+func (s ledgerStore) Fail(ctx context.Context, f storekit.Fence) error {
 	if lease, ok := core.LeaseFromContext(ctx); ok && lease.Fence() == f {
 		lease.Detach(pendingKey{})
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 )
 
 type fakeClock struct {
@@ -37,17 +39,17 @@ func newTestLedgerStore() (ledgerStore, *memLedger, *fakeClock) {
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ml, clock
 }
 
-func claim(t *testing.T, s core.Store, key string) (context.Context, core.Fence) {
+func claim(t *testing.T, s core.Store, key string) (context.Context, storekit.Fence) {
 	t.Helper()
-	res, err := s.Claim(context.Background(), core.ClaimRequest{
+	res, err := s.Claim(context.Background(), storekit.ClaimRequest{
 		Scope: "u1", Key: key, Method: "POST", Route: "/v1/payments", Fingerprint: "fp",
 		Lease: time.Second, Retention: time.Hour,
 	})
 	if err != nil || !res.Claimed {
 		t.Fatalf("claim %s: %+v %v", key, res, err)
 	}
-	f := core.Fence{Scope: "u1", Key: key, Token: res.Record.Token}
-	return core.ContextWithLease(context.Background(), core.NewLease(s, f)), f
+	f := storekit.Fence{Scope: "u1", Key: key, Token: res.Record.Token}
+	return storetest.ContextWithLease(context.Background(), storetest.NewLease(s, f)), f
 }
 
 func TestMemLedgerBooksOnlyCommittedRows(t *testing.T) {
@@ -62,7 +64,7 @@ func TestMemLedgerBooksOnlyCommittedRows(t *testing.T) {
 	if ps, _ := ml.List(ctx, "u1"); len(ps) != 0 {
 		t.Fatalf("row visible before the commit: %+v", ps)
 	}
-	if err := s.Complete(lctx, f, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(lctx, f, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	if ps, _ := ml.List(ctx, "u1"); len(ps) != 1 || ps[0].ID != "pay_ok" {
@@ -83,10 +85,10 @@ func TestMemLedgerBooksOnlyCommittedRows(t *testing.T) {
 	clock.Add(2 * time.Second) // the stale owner's lease lapses
 	newCtx, fresh := claim(t, s, "k-zombie")
 	_ = ml.Record(newCtx, "u1", Payment{ID: "pay_zombie_new", Amount: 1})
-	if err := s.Complete(staleCtx, stale, core.StoredResponse{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
+	if err := s.Complete(staleCtx, stale, storekit.StoredResponse{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("stale commit: %v, want ErrLeaseLost", err)
 	}
-	if err := s.Complete(newCtx, fresh, core.StoredResponse{Status: 201}); err != nil {
+	if err := s.Complete(newCtx, fresh, storekit.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -110,7 +112,7 @@ func TestMemLedgerBooksOnlyCommittedRows(t *testing.T) {
 func TestLedgerStoreKeepsWatcher(t *testing.T) {
 	s, _, _ := newTestLedgerStore()
 	var cs core.Store = s
-	if _, ok := cs.(core.Watcher); !ok {
-		t.Error("ledgerStore hides memstore's core.Watcher; wait mode would fall back to polling")
+	if _, ok := cs.(storekit.Watcher); !ok {
+		t.Error("ledgerStore hides memstore's storekit.Watcher; wait mode would fall back to polling")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/grpcidem"
 )
 
@@ -201,8 +202,8 @@ func inFlight(t *testing.T, st core.Store) {
 
 type downStore struct{ core.Store }
 
-func (downStore) Claim(context.Context, core.ClaimRequest) (core.ClaimResult, error) {
-	return core.ClaimResult{}, errors.New("connection refused")
+func (downStore) Claim(context.Context, storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	return storekit.ClaimResult{}, errors.New("connection refused")
 }
 
 func refusals(t *testing.T, st core.Store) {

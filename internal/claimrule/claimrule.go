@@ -8,16 +8,16 @@ package claimrule
 import (
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Claimable reports whether a claim of req at now may create or take over r
 // (the condition the stores' claim statements test).
-func Claimable(r *core.Record, now time.Time, req *core.ClaimRequest) bool {
-	live := r.Status == core.StatusProcessing && r.LockedUntil.After(now)
+func Claimable(r *storekit.Record, now time.Time, req *storekit.ClaimRequest) bool {
+	live := r.Status == storekit.StatusProcessing && r.LockedUntil.After(now)
 	if !r.ExpiresAt.After(now) && !live {
 		return true
 	}
 	return r.Method == req.Method && r.Route == req.Route && r.Fingerprint == req.Fingerprint &&
-		(r.Status == core.StatusFailed || (r.Status == core.StatusProcessing && !live))
+		(r.Status == storekit.StatusFailed || (r.Status == storekit.StatusProcessing && !live))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
@@ -34,12 +35,12 @@ var adapter = idemtest.Adapter{
 			}))
 		}
 		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-			opts = append(opts, echoidem.WithErrorHandler(func(c echo.Context, err error, fallback *core.Response) error {
+			opts = append(opts, echoidem.WithErrorHandler(func(c echo.Context, err error, fallback *adapterkit.Response) error {
 				if cfg.ErrorHandlerSaw != nil {
 					cfg.ErrorHandlerSaw(err)
 				}
 				if !cfg.SilentErrorHandler {
-					_ = core.WriteResponse(c.Response(), fallback)
+					_ = adapterkit.WriteResponse(c.Response(), fallback)
 				}
 				return nil
 			}))

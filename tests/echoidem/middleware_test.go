@@ -18,7 +18,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/echoidem"
 )
 
@@ -130,7 +132,7 @@ func sameAsFirst(t *testing.T, first, replay *result) {
 	if !bytes.Equal(replay.body, first.body) {
 		t.Errorf("replay body %q, first %q", replay.body, first.body)
 	}
-	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders...) {
+	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders()...) {
 		if g, w := replay.header.Values(h), first.header.Values(h); strings.Join(g, "\n") != strings.Join(w, "\n") {
 			t.Errorf("replay header %s = %q, first %q", h, g, w)
 		}
@@ -251,7 +253,7 @@ func TestHTTPErrorStoredAsClientSawIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != core.StatusCompleted || rec.Response == nil || rec.Response.Status != 400 ||
+	if rec.Status != storekit.StatusCompleted || rec.Response == nil || rec.Response.Status != 400 ||
 		!bytes.Equal(rec.Response.Body, first.body) {
 		t.Fatalf("stored %+v, client saw %v", rec.Response, first)
 	}
@@ -455,7 +457,7 @@ func TestPanicAfterStreamingDropsConnection(t *testing.T) {
 	}
 	// The key was released: the record is failed, a retry may run again.
 	rec, gerr := s.store.Get(context.Background(), "", "k")
-	if gerr != nil || rec.Status != core.StatusFailed {
+	if gerr != nil || rec.Status != storekit.StatusFailed {
 		t.Errorf("record %+v, %v; want failed", rec, gerr)
 	}
 }
@@ -656,14 +658,14 @@ type failStore struct {
 
 var errDown = errors.New("store down")
 
-func (f failStore) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+func (f failStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if f.claim {
-		return core.ClaimResult{}, errDown
+		return storekit.ClaimResult{}, errDown
 	}
 	return f.Store.Claim(ctx, r)
 }
 
-func (f failStore) Complete(ctx context.Context, fe core.Fence, r core.StoredResponse) error {
+func (f failStore) Complete(ctx context.Context, fe storekit.Fence, r storekit.StoredResponse) error {
 	if f.finish {
 		return errDown
 	}
@@ -682,14 +684,14 @@ func TestStoreFailures(t *testing.T) {
 		{"ClaimDefault", failStore{claim: true}, nil, 503, core.ProblemStoreUnavailable, 0},
 		{"CommitDefault", failStore{finish: true}, nil, 503, core.ProblemStoreUnavailable, 1},
 		{"ClaimCustomWrites", failStore{claim: true}, []echoidem.Option{echoidem.WithErrorHandler(
-			func(c echo.Context, err error, fb *core.Response) error {
+			func(c echo.Context, err error, fb *adapterkit.Response) error {
 				if !errors.Is(err, errDown) || fb.Status != 503 {
 					t.Errorf("handler got %v, %d", err, fb.Status)
 				}
 				return c.String(http.StatusServiceUnavailable, "try later")
 			})}, 503, "try later", 0},
 		{"CommitCustomReturnsHTTPError", failStore{finish: true}, []echoidem.Option{echoidem.WithErrorHandler(
-			func(_ echo.Context, err error, _ *core.Response) error {
+			func(_ echo.Context, err error, _ *adapterkit.Response) error {
 				return echo.NewHTTPError(http.StatusServiceUnavailable, "not recorded").SetInternal(err)
 			})}, 503, `{"message":"not recorded"}`, 1},
 		{"NilErrorHandlerKeepsDefault", failStore{claim: true}, []echoidem.Option{echoidem.WithErrorHandler(nil), nil},

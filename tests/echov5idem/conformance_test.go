@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echov5idem"
@@ -35,12 +36,12 @@ var adapter = idemtest.Adapter{
 			}))
 		}
 		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-			opts = append(opts, echov5idem.WithErrorHandler(func(c *echo.Context, err error, fallback *core.Response) error {
+			opts = append(opts, echov5idem.WithErrorHandler(func(c *echo.Context, err error, fallback *adapterkit.Response) error {
 				if cfg.ErrorHandlerSaw != nil {
 					cfg.ErrorHandlerSaw(err)
 				}
 				if !cfg.SilentErrorHandler {
-					_ = core.WriteResponse(c.Response(), fallback)
+					_ = adapterkit.WriteResponse(c.Response(), fallback)
 				}
 				return nil
 			}))

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
@@ -242,7 +243,7 @@ func coreRoundTrip(b *testing.B, eng *core.Engine, key []byte, want core.Outcome
 	if want != core.Proceed {
 		return
 	}
-	if err := eng.Commit(d.Context(ctx), d, core.Response{Status: 201, Header: benchRespHeader, Body: bytes.Clone(benchRespBody)}); err != nil {
+	if err := eng.Commit(d.Context(ctx), d, adapterkit.Response{Status: 201, Header: benchRespHeader, Body: bytes.Clone(benchRespBody)}); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/fiberidem"
@@ -40,7 +41,7 @@ var adapter = idemtest.Adapter{
 			}))
 		}
 		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-			opts = append(opts, fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *core.Response) error {
+			opts = append(opts, fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *adapterkit.Response) error {
 				if cfg.ErrorHandlerSaw != nil {
 					cfg.ErrorHandlerSaw(err)
 				}

@@ -18,7 +18,9 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/fiberidem"
 )
 
@@ -66,7 +68,7 @@ func sameResponse(t *testing.T, first, replay result) {
 	if replay.Body != first.Body {
 		t.Errorf("replay body %q, first %q", replay.Body, first.Body)
 	}
-	for _, h := range core.DefaultReplayHeaders {
+	for _, h := range core.DefaultReplayHeaders() {
 		if f, r := first.Header.Values(h), replay.Header.Values(h); strings.Join(f, "\n") != strings.Join(r, "\n") {
 			t.Errorf("replay header %s = %q, first %q", h, r, f)
 		}
@@ -335,11 +337,11 @@ func TestPanicReleasesKey(t *testing.T) {
 type retainingStore struct {
 	core.Store
 	mu       sync.Mutex
-	claims   map[string]core.ClaimRequest // first claim, by key
-	complete map[string]core.StoredResponse
+	claims   map[string]storekit.ClaimRequest // first claim, by key
+	complete map[string]storekit.StoredResponse
 }
 
-func (s *retainingStore) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+func (s *retainingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.mu.Lock()
 	if _, ok := s.claims[r.Key]; !ok {
 		s.claims[r.Key] = r
@@ -348,7 +350,7 @@ func (s *retainingStore) Claim(ctx context.Context, r core.ClaimRequest) (core.C
 	return s.Store.Claim(ctx, r)
 }
 
-func (s *retainingStore) Complete(ctx context.Context, f core.Fence, r core.StoredResponse) error {
+func (s *retainingStore) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
 	s.mu.Lock()
 	s.complete[f.Key] = r
 	s.mu.Unlock()
@@ -363,7 +365,7 @@ func TestBufferReuse(t *testing.T) {
 	for _, mount := range []string{"route", "use"} {
 		t.Run(mount, func(t *testing.T) {
 			mem := memstore.New()
-			store := &retainingStore{Store: mem, claims: map[string]core.ClaimRequest{}, complete: map[string]core.StoredResponse{}}
+			store := &retainingStore{Store: mem, claims: map[string]storekit.ClaimRequest{}, complete: map[string]storekit.StoredResponse{}}
 			eng := newEngine(t, store)
 			app := newApp()
 			var mu sync.Mutex
@@ -563,14 +565,14 @@ type failingStore struct {
 	claim, complete error
 }
 
-func (s *failingStore) Claim(ctx context.Context, r core.ClaimRequest) (core.ClaimResult, error) {
+func (s *failingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if s.claim != nil {
-		return core.ClaimResult{}, s.claim
+		return storekit.ClaimResult{}, s.claim
 	}
 	return s.Store.Claim(ctx, r)
 }
 
-func (s *failingStore) Complete(ctx context.Context, f core.Fence, r core.StoredResponse) error {
+func (s *failingStore) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
 	if s.complete != nil {
 		return s.complete
 	}
@@ -591,10 +593,10 @@ func TestStoreFailures(t *testing.T) {
 	})
 	t.Run("claim-custom", func(t *testing.T) {
 		var gotErr error
-		var gotFallback *core.Response
+		var gotFallback *adapterkit.Response
 		app := newApp()
 		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), claim: down}),
-			fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *core.Response) error {
+			fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *adapterkit.Response) error {
 				gotErr, gotFallback = err, fallback
 				return c.Status(fiber.StatusServiceUnavailable).SendString("try later")
 			})),

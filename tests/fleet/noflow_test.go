@@ -28,12 +28,12 @@ import (
 var flowNames = map[string]bool{
 	"Abort": true, "Commit": true, "Decide": true, "Run": true,
 	"Claim": true, "Complete": true, "Fail": true, "Heartbeat": true, "Release": true,
-	"CommitErrorResponse": true, "PanicResponse": true,
 }
 
 // engineAllowed are the *core.Engine methods an adapter may call: Serve
-// (the whole flow) and what it needs to build itself.
-var engineAllowed = map[string]bool{"Serve": true, "CheckScope": true, "MaxResponseBytes": true}
+// (the whole flow of a request), Call (the whole flow of a plain call:
+// grpcidem) and what it needs to build itself.
+var engineAllowed = map[string]bool{"Serve": true, "Call": true, "CheckScope": true}
 
 const corePath = "github.com/idemkit/idem/core"
 
@@ -173,7 +173,7 @@ func check(t *testing.T, all map[string]listed, fset *token.FileSet, path string
 // embedding, interfaces and receiver names do not hide a use
 // (TestFlowCheckCatchesEvasions shows it).
 func TestAdaptersHoldNoFlow(t *testing.T) {
-	adapters := []string{"nethttpidem", "ginidem", "echoidem", "echov5idem", "fiberidem"}
+	adapters := []string{"nethttpidem", "ginidem", "echoidem", "echov5idem", "fiberidem", "grpcidem"}
 	var pkgs []string
 	for _, a := range adapters {
 		pkgs = append(pkgs, "github.com/idemkit/idem/"+a)
@@ -210,11 +210,15 @@ import (
 	"reflect"
 	"github.com/gin-gonic/gin"
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 var _ = context.Background
 var _ = reflect.ValueOf
 var _ gin.HandlerFunc
 var _ core.Request
+var _ adapterkit.Response
+var _ storekit.Fence
 `
 	cases := []struct {
 		name, src string
@@ -222,19 +226,19 @@ var _ core.Request
 	}{
 		{"recover with a space", `func f() { defer func() { _ = recover () }() }`, 1},
 		{"recover parenthesised", `func f() { defer func() { _ = (recover)() }() }`, 1},
-		{"commit as a method value", `func f(e *core.Engine, d *core.Decision) { c := e.Commit; _ = c(context.TODO(), d, core.Response{}) }`, 1},
+		{"commit as a method value", `func f(e *core.Engine, d *core.Decision) { c := e.Commit; _ = c(context.TODO(), d, adapterkit.Response{}) }`, 1},
 		{"abort as a method expression", `func f(e *core.Engine, d *core.Decision) { _ = (*core.Engine).Abort(e, context.TODO(), d, nil) }`, 1},
 		{"abort on a receiver ending in c", `func f(svc *core.Engine, d *core.Decision) { _ = svc.Abort(context.TODO(), d, nil) }`, 1},
 		{"abort on a receiver named c", `func f(c *core.Engine, d *core.Decision) { _ = c.Abort(context.TODO(), d, nil) }`, 1},
 		{"decide through an embedding", `type w struct{ *core.Engine }
 func f(x w) { _, _ = x.Decide(context.TODO(), core.Request{}) }`, 1},
-		{"commit through an interface", `type committer interface{ Commit(context.Context, *core.Decision, core.Response) error }
-func f(c committer) { _ = c.Commit(context.TODO(), nil, core.Response{}) }`, 1},
+		{"commit through an interface", `type committer interface{ Commit(context.Context, *core.Decision, adapterkit.Response) error }
+func f(c committer) { _ = c.Commit(context.TODO(), nil, adapterkit.Response{}) }`, 1},
 		{"run by reflection", `func f(e *core.Engine) { _ = reflect.ValueOf(e).MethodByName("Run") }`, 1},
-		{"store claim", `func f(s core.Store) { _, _ = s.Claim(context.TODO(), core.ClaimRequest{}) }`, 1},
-		{"another engine method", `func f(e *core.Engine) { _ = e.PanicResponse() }`, 1},
+		{"store claim", `func f(s core.Store) { _, _ = s.Claim(context.TODO(), storekit.ClaimRequest{}) }`, 1},
+		{"another engine method", `func f(e *core.Engine) { _ = e.Store() }`, 1},
 		{"gin's Abort is translation", `func f(c *gin.Context) { c.Abort(); c.AbortWithStatus(404) }`, 0},
-		{"serve is the one entry", `func f(e *core.Engine) { _ = e.Serve(context.TODO(), core.Request{}, nil); _ = e.MaxResponseBytes() }`, 0},
+		{"serve is the one entry", `func f(e *core.Engine) { _ = e.Serve(context.TODO(), core.Request{}, nil); _ = e.CheckScope("x.WithScope", true) }`, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

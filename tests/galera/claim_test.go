@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/mysqlstore"
 )
 
@@ -84,7 +85,7 @@ func TestClaimsAcrossNodes(t *testing.T) {
 							}
 							resp := []byte(fmt.Sprintf(`{"key":%q,"node":%d}`, key, node+1))
 							bodies[k] = resp
-							if err := eng.Commit(ctx, d, core.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: resp}); err != nil {
+							if err := eng.Commit(ctx, d, adapterkit.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: resp}); err != nil {
 								failures.Add(1)
 								t.Errorf("%s on node %d: commit: %v", key, node+1, err)
 							}
@@ -171,7 +172,7 @@ func replayAcrossNodes(t *testing.T, engs [3]*core.Engine, prefix string, keys i
 			t.Fatalf("%s: first claim: %v %+v", key, err, d)
 		}
 		resp := []byte(`{"n":` + strconv.Itoa(k) + `}`)
-		if err := w.Commit(ctx, d, core.Response{Status: http.StatusCreated, Body: resp}); err != nil {
+		if err := w.Commit(ctx, d, adapterkit.Response{Status: http.StatusCreated, Body: resp}); err != nil {
 			t.Fatalf("%s: commit: %v", key, err)
 		}
 		d2, err := r.Decide(ctx, request("tenant", key, body))

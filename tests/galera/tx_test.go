@@ -36,13 +36,13 @@ func TestTxHandlerEnds(t *testing.T) {
 		s := c.stores(t)
 		mystores.TxHandlerEnds(t, c.db[0], []*mysqlstore.Store{s[0], s[1], s[2]})
 	})
-	// Each store's transactions on the next node (WithTxDB): the
+	// Each store's transactions on the next node (WithTxPool): the
 	// handler's own COMMIT lands through one node, its commit mark is read
 	// through another (causally).
 	t.Run("tx-on-next-node", func(t *testing.T) {
 		var s []*mysqlstore.Store
 		for i := range c.db {
-			st, err := mysqlstore.New(c.db[i], mysqlstore.WithTxDB(c.db[(i+1)%3]))
+			st, err := mysqlstore.New(c.db[i], mysqlstore.WithTxPool(c.db[(i+1)%3]))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
@@ -32,12 +33,12 @@ var adapter = idemtest.Adapter{
 			}))
 		}
 		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-			opts = append(opts, ginidem.WithErrorHandler(func(c *gin.Context, err error, fallback *core.Response) {
+			opts = append(opts, ginidem.WithErrorHandler(func(c *gin.Context, err error, fallback *adapterkit.Response) {
 				if cfg.ErrorHandlerSaw != nil {
 					cfg.ErrorHandlerSaw(err)
 				}
 				if !cfg.SilentErrorHandler {
-					_ = core.WriteResponse(c.Writer, fallback)
+					_ = adapterkit.WriteResponse(c.Writer, fallback)
 				}
 			}))
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 func newEngine(tb testing.TB, opts ...core.Option) *core.Engine {
@@ -75,7 +76,7 @@ func checkReplay(t *testing.T, first, replay *response) {
 	if string(replay.body) != string(first.body) {
 		t.Errorf("replay body = %q, want %q", replay.body, first.body)
 	}
-	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders...) {
+	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders()...) {
 		if got, want := replay.header.Values(h), first.header.Values(h); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("replay header %s = %q, want %q", h, got, want)
 		}
@@ -121,11 +122,11 @@ type failCompleteStore struct {
 	failAll bool
 }
 
-func (s failCompleteStore) Complete(context.Context, core.Fence, core.StoredResponse) error {
+func (s failCompleteStore) Complete(context.Context, storekit.Fence, storekit.StoredResponse) error {
 	return errCommitDown
 }
 
-func (s failCompleteStore) Fail(ctx context.Context, f core.Fence) error {
+func (s failCompleteStore) Fail(ctx context.Context, f storekit.Fence) error {
 	if s.failAll {
 		return errCommitDown
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
@@ -512,8 +513,8 @@ func TestStoreDown(t *testing.T) {
 	var n atomic.Int64
 	eng := newEngineOn(t, idemtest.FailingStore{Store: memstore.New()})
 	var gotErr error
-	var gotFallback *core.Response
-	custom := ginidem.WithErrorHandler(func(c *gin.Context, err error, fallback *core.Response) {
+	var gotFallback *adapterkit.Response
+	custom := ginidem.WithErrorHandler(func(c *gin.Context, err error, fallback *adapterkit.Response) {
 		gotErr, gotFallback = err, fallback
 		c.JSON(http.StatusServiceUnavailable, gin.H{"code": "try_later"})
 	})
@@ -550,7 +551,7 @@ func TestCommitFailure(t *testing.T) {
 		c.SetCookie("session", "x", 60, "/", "", true, true)
 		c.JSON(http.StatusCreated, gin.H{"charged": true})
 	})
-	r.POST("/custom", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, err error, fb *core.Response) {
+	r.POST("/custom", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, err error, fb *adapterkit.Response) {
 		called.Store(errors.Is(err, errCommitDown))
 		c.Data(fb.Status, "text/plain", []byte("custom"))
 	})), func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"charged": true}) })
@@ -702,10 +703,10 @@ func TestErrorHandlerWritesNothing(t *testing.T) {
 	var logged atomic.Int64
 	r := gin.New()
 	h := func(c *gin.Context) { c.Status(http.StatusCreated) }
-	r.POST("/log", mw(eng, ginidem.WithErrorHandler(func(*gin.Context, error, *core.Response) {
+	r.POST("/log", mw(eng, ginidem.WithErrorHandler(func(*gin.Context, error, *adapterkit.Response) {
 		logged.Add(1)
 	})), h)
-	r.POST("/status", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *core.Response) {
+	r.POST("/status", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *adapterkit.Response) {
 		c.Status(http.StatusBadGateway)
 	})), h)
 	checkProblem(t, serve(r, req{path: "/log", key: "l", body: payBody}), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)

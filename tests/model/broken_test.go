@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // The checker is not vacuous: each of these stores breaks one rule of the
@@ -15,12 +16,12 @@ import (
 // is live (a missing "locked_until <= now" in a takeover condition).
 type liveTakeover struct{ *memstore.Store }
 
-func (s liveTakeover) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s liveTakeover) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, req)
-	if err != nil || res.Claimed || res.Record.Status != core.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
+	if err != nil || res.Claimed || res.Record.Status != storekit.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
 		return res, err
 	}
-	if err := s.Store.Fail(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil {
+	if err := s.Store.Fail(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil {
 		return res, nil
 	}
 	return s.Store.Claim(ctx, req)
@@ -30,8 +31,8 @@ func (s liveTakeover) Claim(ctx context.Context, req core.ClaimRequest) (core.Cl
 // whatever token the caller has (a complete that forgot "AND token = $3").
 type unfencedComplete struct{ *memstore.Store }
 
-func (s unfencedComplete) Complete(ctx context.Context, f core.Fence, resp core.StoredResponse) error {
-	if r, err := s.Store.Get(ctx, f.Scope, f.Key); err == nil && r.Status == core.StatusProcessing {
+func (s unfencedComplete) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
+	if r, err := s.Store.Get(ctx, f.Scope, f.Key); err == nil && r.Status == storekit.StatusProcessing {
 		f.Token = r.Token
 	}
 	return s.Store.Complete(ctx, f, resp)
@@ -41,7 +42,7 @@ func (s unfencedComplete) Complete(ctx context.Context, f core.Fence, resp core.
 // instead of by record incarnation).
 type forgetfulSteps struct{ *memstore.Store }
 
-func (s forgetfulSteps) LoadSteps(ctx context.Context, f core.Fence) (map[string][]byte, error) {
+func (s forgetfulSteps) LoadSteps(ctx context.Context, f storekit.Fence) (map[string][]byte, error) {
 	if _, err := s.Store.LoadSteps(ctx, f); err != nil {
 		return nil, err
 	}
@@ -52,7 +53,7 @@ func (s forgetfulSteps) LoadSteps(ctx context.Context, f core.Fence) (map[string
 // (a record read by the wrong key, a response cache gone stale).
 type replayOther struct{ *memstore.Store }
 
-func (s replayOther) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s replayOther) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, req)
 	if err == nil && res.Record.Response != nil && res.Record.Token%2 == 0 {
 		resp := *res.Record.Response
@@ -68,7 +69,7 @@ func (s replayOther) Claim(ctx context.Context, req core.ClaimRequest) (core.Cla
 // new again after expiry hands out a token already used.
 type reusedToken struct{ *memstore.Store }
 
-func (s reusedToken) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s reusedToken) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, req)
 	if err == nil && res.Claimed && res.Fresh {
 		res.Record.Token = 1

@@ -41,6 +41,6 @@
 // seed's choices (not its interleaving). In mysqlstore's transactional
 // runs the handler of every other lease ends its own transaction before
 // idem completes, as `defer tx.Rollback()` does (its Complete must answer
-// core.ErrNotCommitted and record nothing); IDEM_MODEL_DEFER_ROLLBACK=0
+// storekit.ErrNotCommitted and record nothing); IDEM_MODEL_DEFER_ROLLBACK=0
 // turns that off, =1 makes every handler do it.
 package model

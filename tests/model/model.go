@@ -9,14 +9,14 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Kind is one operation of the protocol.
 type Kind uint8
 
-// The operations. The first eight are core.Store, core.StepStore and
-// core.Admin calls; Lapse, Expire and Audit are the test's own steps on the
+// The operations. The first eight are core.Store, storekit.StepStore and
+// storekit.Admin calls; Lapse, Expire and Audit are the test's own steps on the
 // store (an operator's UPDATE, or the store's clock moved on; a read of the
 // business table).
 const (
@@ -105,10 +105,10 @@ type Result uint8
 const (
 	OK        Result = iota
 	LeaseLost        // core.ErrLeaseLost: nothing changed
-	NotFound         // Get: core.ErrNotFound
+	NotFound         // Get: storekit.ErrNotFound
 	Refused          // Release: ErrLeaseLive, ErrLeaseLost or ErrNotFound: nothing changed
 	Unknown
-	// NotCommitted: Complete answered core.ErrNotCommitted (the handler
+	// NotCommitted: Complete answered storekit.ErrNotCommitted (the handler
 	// ended its transaction and its writes rolled back): the response is
 	// not recorded and, if the token still owns the key, the key may have
 	// been released (the store's best-effort fenced fail).
@@ -127,7 +127,7 @@ func (r Result) String() string {
 // View is a record as Claim or Get returned it, reduced to what the
 // protocol decides.
 type View struct {
-	Status core.Status
+	Status storekit.Status
 	Tok    int64
 	FP     string
 	Resp   string // the completed response's identity, "" when none
@@ -151,7 +151,7 @@ type rec struct {
 	// not (memstore).
 	expired bool
 	live    bool // processing with a running lease
-	status  core.Status
+	status  storekit.Status
 	tok     int64
 	fp      string
 	resp    string
@@ -172,12 +172,12 @@ type State [MaxKeys]rec
 // whose handler's writes committed (CommitCrash): it completes the record
 // as not retained instead of taking it over.
 func (r *rec) sealed(fp string) bool {
-	return r.present && !r.expired && r.fp == fp && r.status == core.StatusProcessing && !r.live &&
+	return r.present && !r.expired && r.fp == fp && r.status == storekit.StatusProcessing && !r.live &&
 		slices.Contains(strings.Split(r.marks, ","), strconv.FormatInt(r.tok, 10))
 }
 
 func (r *rec) owned(tok int64) bool {
-	return r.present && !r.expired && r.status == core.StatusProcessing && r.tok == tok
+	return r.present && !r.expired && r.status == storekit.StatusProcessing && r.tok == tok
 }
 
 // claimable reports whether a claim with fingerprint fp creates the record
@@ -186,7 +186,7 @@ func (r *rec) claimable(fp string) (fresh, takeover bool) {
 	if !r.present || r.expired {
 		return true, false
 	}
-	return false, r.fp == fp && (r.status == core.StatusFailed || (r.status == core.StatusProcessing && !r.live))
+	return false, r.fp == fp && (r.status == storekit.StatusFailed || (r.status == storekit.StatusProcessing && !r.live))
 }
 
 // sees reports whether v is what a read of r may answer, and returns r with
@@ -250,7 +250,7 @@ func step(s State, in Input, out Output) []State {
 	case Claim:
 		if r.sealed(in.FP) {
 			n := r
-			n.status, n.resp, n.live, n.steps = core.StatusCompleted, NotRetainedResp, false, Steps{}
+			n.status, n.resp, n.live, n.steps = storekit.StatusCompleted, NotRetainedResp, false, Steps{}
 			switch {
 			case out.Res == Unknown:
 				return maybe(n)
@@ -264,7 +264,7 @@ func step(s State, in Input, out Output) []State {
 		}
 		fresh, takeover := r.claimable(in.FP)
 		claimed := func(tok int64) rec {
-			n := rec{present: true, live: true, status: core.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger, marks: r.marks}
+			n := rec{present: true, live: true, status: storekit.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger, marks: r.marks}
 			if tok > n.maxTok {
 				n.maxTok = tok
 			}
@@ -288,7 +288,7 @@ func step(s State, in Input, out Output) []State {
 				return nil
 			}
 			v := out.Rec
-			if v.Status != core.StatusProcessing || v.FP != in.FP || v.Resp != "" || v.Tok <= r.maxTok || (takeover && out.Fresh) {
+			if v.Status != storekit.StatusProcessing || v.FP != in.FP || v.Resp != "" || v.Tok <= r.maxTok || (takeover && out.Fresh) {
 				return nil
 			}
 			return []State{with(s, k, claimed(v.Tok))}
@@ -312,12 +312,12 @@ func step(s State, in Input, out Output) []State {
 		case Heartbeat:
 			n.live = true
 		case Complete:
-			n.status, n.resp, n.live, n.steps = core.StatusCompleted, in.Resp, false, Steps{}
+			n.status, n.resp, n.live, n.steps = storekit.StatusCompleted, in.Resp, false, Steps{}
 			if in.Tx {
 				n.ledger = addLedger(r.ledger, in.Tok)
 			}
 		case Fail:
-			n.status, n.live = core.StatusFailed, false
+			n.status, n.live = storekit.StatusFailed, false
 		case SaveStep:
 			n.steps[in.Step] = in.Val
 		}
@@ -333,7 +333,7 @@ func step(s State, in Input, out Output) []State {
 				return []State{s}
 			}
 			f := r
-			f.status, f.live = core.StatusFailed, false
+			f.status, f.live = storekit.StatusFailed, false
 			return maybe(f)
 		case Unknown:
 			if !owned || in.Kind == LoadSteps {
@@ -343,7 +343,7 @@ func step(s State, in Input, out Output) []State {
 				// A commit that failed may be followed by the store's own
 				// fenced fail (the business writes were rolled back).
 				f := r
-				f.status, f.live = core.StatusFailed, false
+				f.status, f.live = storekit.StatusFailed, false
 				if in.Ended {
 					return maybe(f) // the writes rolled back: never recorded
 				}
@@ -393,9 +393,9 @@ func step(s State, in Input, out Output) []State {
 		return nil
 
 	case Release:
-		ok := r.present && r.status == core.StatusProcessing && r.tok == in.Tok && (in.Live || !r.live)
+		ok := r.present && r.status == storekit.StatusProcessing && r.tok == in.Tok && (in.Live || !r.live)
 		n := r
-		n.status, n.live = core.StatusFailed, false
+		n.status, n.live = storekit.StatusFailed, false
 		switch out.Res {
 		case Unknown:
 			if ok {
@@ -458,7 +458,7 @@ func lapse(r rec, expire bool) rec {
 	}
 	if expire {
 		r.expired, r.live = true, false
-	} else if r.status == core.StatusProcessing {
+	} else if r.status == storekit.StatusProcessing {
 		r.live = false
 	}
 	return r

@@ -6,7 +6,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // seq builds a sequential history (each call returns before the next).
@@ -24,9 +24,9 @@ func claimOp(fp string, claimed, fresh bool, v View) Op {
 func op(in Input, out Output) Op { return Op{In: in, Out: out} }
 
 var (
-	proc = func(tok int64, fp string) View { return View{Status: core.StatusProcessing, Tok: tok, FP: fp} }
+	proc = func(tok int64, fp string) View { return View{Status: storekit.StatusProcessing, Tok: tok, FP: fp} }
 	done = func(tok int64, resp string) View {
-		return View{Status: core.StatusCompleted, Tok: tok, FP: "A", Resp: resp}
+		return View{Status: storekit.StatusCompleted, Tok: tok, FP: "A", Resp: resp}
 	}
 )
 
@@ -146,11 +146,11 @@ func TestModelRules(t *testing.T) {
 		{"unknown complete with the store's fail (transactional)", true, seq(
 			claimOp("A", true, true, proc(1, "A")),
 			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true}, Output{Res: Unknown}),
-			op(Input{Kind: Get}, Output{Rec: View{Status: core.StatusFailed, Tok: 1, FP: "A"}}))},
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 1, FP: "A"}}))},
 		{"unknown plain complete cannot fail", false, seq(
 			claimOp("A", true, true, proc(1, "A")),
 			op(Input{Kind: Complete, Tok: 1, Resp: "r1"}, Output{Res: Unknown}),
-			op(Input{Kind: Get}, Output{Rec: View{Status: core.StatusFailed, Tok: 1, FP: "A"}}))},
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 1, FP: "A"}}))},
 		{"response recorded without its business write", false, seq(
 			claimOp("A", true, true, proc(1, "A")),
 			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true}, Output{}),
@@ -169,7 +169,7 @@ func TestModelRules(t *testing.T) {
 			claimOp("A", true, true, proc(1, "A")),
 			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
 			op(Input{Kind: Lapse}, Output{}),
-			claimOp("A", false, false, View{Status: core.StatusCompleted, Tok: 1, FP: "A", Resp: NotRetainedResp}),
+			claimOp("A", false, false, View{Status: storekit.StatusCompleted, Tok: 1, FP: "A", Resp: NotRetainedResp}),
 			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
 		{"crashed handler's committed writes: taken over", false, seq(
 			claimOp("A", true, true, proc(1, "A")),
@@ -202,7 +202,7 @@ func TestModelRules(t *testing.T) {
 			op(Input{Kind: Lapse}, Output{}),
 			claimOp("A", true, false, proc(2, "A")),
 			op(Input{Kind: Complete, Tok: 1, Resp: "r1", Tx: true, Ended: true}, Output{Res: NotCommitted}),
-			op(Input{Kind: Get}, Output{Rec: View{Status: core.StatusFailed, Tok: 2, FP: "A"}}))},
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 2, FP: "A"}}))},
 	} {
 		want := porcupine.Illegal
 		if tc.ok {

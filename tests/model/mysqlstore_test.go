@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
@@ -23,7 +23,7 @@ import (
 // lease's transaction (mysqlstore.Tx); Audit reads the ledger. The handler
 // of every other lease also ends that transaction itself before idem
 // completes, as `defer tx.Rollback()` does (issue 19, defect 1): its
-// Complete must then not record the response (core.ErrNotCommitted) and
+// Complete must then not record the response (storekit.ErrNotCommitted) and
 // may only release the key. Some handlers commit their transaction
 // themselves and crash before Complete (CommitCrash): a takeover must
 // complete their record as not retained, never run them again.
@@ -69,12 +69,12 @@ func myEnvs(t *testing.T, transactional bool) func(h int) *Env {
 	}
 	// By default every other lease's handler (odd tokens) ends its
 	// transaction itself; IDEM_MODEL_DEFER_ROLLBACK=0 never, =1 always.
-	endsTx := func(f core.Fence) bool { return f.Token%2 == 1 }
+	endsTx := func(f storekit.Fence) bool { return f.Token%2 == 1 }
 	switch os.Getenv("IDEM_MODEL_DEFER_ROLLBACK") {
 	case "0":
-		endsTx = func(core.Fence) bool { return false }
+		endsTx = func(storekit.Fence) bool { return false }
 	case "1":
-		endsTx = func(core.Fence) bool { return true }
+		endsTx = func(storekit.Fence) bool { return true }
 	}
 	return func(h int) *Env {
 		env := &Env{
@@ -90,7 +90,7 @@ func myEnvs(t *testing.T, transactional bool) func(h int) *Env {
 		if !transactional {
 			return env
 		}
-		env.BusinessWrite = func(ctx context.Context, f core.Fence) error {
+		env.BusinessWrite = func(ctx context.Context, f storekit.Fence) error {
 			tx, err := mysqlstore.Tx(ctx)
 			if err != nil {
 				return err
@@ -102,7 +102,7 @@ func myEnvs(t *testing.T, transactional bool) func(h int) *Env {
 			return err
 		}
 		env.HandlerEndsTx = endsTx
-		env.CommitSelf = func(ctx context.Context, f core.Fence) error {
+		env.CommitSelf = func(ctx context.Context, f storekit.Fence) error {
 			tx, err := mysqlstore.Tx(ctx)
 			if err != nil {
 				return err
@@ -163,6 +163,6 @@ func TestMysqlstoreTransactional(t *testing.T) {
 		t.Errorf("no claim found a crashed handler's committed writes (CommitCrash): it proves nothing about them")
 	}
 	if os.Getenv("IDEM_MODEL_DEFER_ROLLBACK") != "0" && sum.Count(Complete, NotCommitted) == 0 {
-		t.Errorf("no Complete after a handler's own rollback was refused (core.ErrNotCommitted)")
+		t.Errorf("no Complete after a handler's own rollback was refused (storekit.ErrNotCommitted)")
 	}
 }

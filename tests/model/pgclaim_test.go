@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -47,12 +47,12 @@ func TestPgstoreClaimOvertaken(t *testing.T) {
 	table := pgx.Identifier{schema, "idem_records"}.Sanitize()
 	seq := pgx.Identifier{schema, "idem_records_token_seq"}.Sanitize()
 
-	req := core.ClaimRequest{Scope: "s", Key: "k", Method: "POST", Route: "/model", Fingerprint: "A", Lease: Lease, Retention: Retention}
+	req := storekit.ClaimRequest{Scope: "s", Key: "k", Method: "POST", Route: "/model", Fingerprint: "A", Lease: Lease, Retention: Retention}
 	first, err := store.Claim(ctx, req)
 	if err != nil || !first.Claimed {
 		t.Fatalf("first claim: %+v, %v", first, err)
 	}
-	if err := store.Fail(ctx, core.Fence{Scope: "s", Key: "k", Token: first.Record.Token}); err != nil {
+	if err := store.Fail(ctx, storekit.Fence{Scope: "s", Key: "k", Token: first.Record.Token}); err != nil {
 		t.Fatalf("fail: %v", err)
 	}
 
@@ -66,7 +66,7 @@ func TestPgstoreClaimOvertaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	type answer struct {
-		res core.ClaimResult
+		res storekit.ClaimResult
 		err error
 	}
 	done := make(chan answer, 1)
@@ -104,7 +104,7 @@ func TestPgstoreClaimOvertaken(t *testing.T) {
 		t.Fatalf("claim: %v", a.err)
 	}
 	r := a.res.Record
-	if !a.res.Claimed && r.Status == core.StatusFailed && r.Fingerprint == req.Fingerprint {
+	if !a.res.Claimed && r.Status == storekit.StatusFailed && r.Fingerprint == req.Fingerprint {
 		t.Fatalf("claim answered not claimed with a failed record of the same request (token %d, overtaken by %d): a retry that should run gets 409", r.Token, overtaker)
 	}
 	if a.res.Claimed && r.Token <= overtaker {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -77,7 +77,7 @@ WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 
 		if !transactional {
 			return env
 		}
-		env.BusinessWrite = func(ctx context.Context, f core.Fence) error {
+		env.BusinessWrite = func(ctx context.Context, f storekit.Fence) error {
 			tx, err := pgstore.Tx(ctx)
 			if err != nil {
 				return err

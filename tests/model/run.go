@@ -20,6 +20,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 )
 
 // Lease and Retention of every claim: long enough that no lease lapses and
@@ -43,16 +45,16 @@ type Env struct {
 	// BusinessWrite, when set, writes the ledger row for f in the lease's
 	// business transaction (ctx carries the lease; pgstore.Tx): Complete
 	// and Fail then run on that context, and Audit reads the ledger.
-	BusinessWrite func(ctx context.Context, f core.Fence) error
+	BusinessWrite func(ctx context.Context, f storekit.Fence) error
 	Audit         func(ctx context.Context, scope, key string) ([]int64, error)
 	// HandlerEndsTx, when set, tells whether the handler holding f ends
 	// its business transaction itself (rolls it back) after its write,
 	// before Complete or Fail (Input.Ended).
-	HandlerEndsTx func(f core.Fence) bool
+	HandlerEndsTx func(f storekit.Fence) bool
 	// CommitSelf, when set, writes the ledger row for f in the lease's
 	// business transaction and commits it itself (ctx carries the lease):
 	// the CommitCrash step, after which the client forgets the lease.
-	CommitSelf func(ctx context.Context, f core.Fence) error
+	CommitSelf func(ctx context.Context, f storekit.Fence) error
 	// Kill, when set, ends one of the store's own database connections at
 	// a random point of the history (pg_terminate_backend, KILL
 	// CONNECTION), so that calls in flight fail with an unknown outcome.
@@ -195,7 +197,7 @@ func Run(ctx context.Context, cfg Config, newEnv func(h int) *Env) (Summary, []F
 					sum.DuplicateTokens++
 				}
 				seen[op.Out.Rec.Tok] = true
-			case op.Out.Rec.Status == core.StatusCompleted:
+			case op.Out.Rec.Status == storekit.StatusCompleted:
 				sum.Replays++
 				if op.Out.Rec.Resp == NotRetainedResp {
 					sum.Sealed++
@@ -240,7 +242,7 @@ func toPorcupine(ops []Op) []porcupine.Operation {
 		add(op, op.In, Output{Res: Unknown})
 		if op.Out.Claimed {
 			add(op, op.In, Output{Res: OK, Claimed: true, Fresh: op.Out.Fresh,
-				Rec: View{Status: core.StatusProcessing, Tok: op.Out.Rec.Tok, FP: op.In.FP}})
+				Rec: View{Status: storekit.StatusProcessing, Tok: op.Out.Rec.Tok, FP: op.In.FP}})
 		}
 		add(op, Input{Kind: Get, Key: op.In.Key}, Output{Res: OK, Rec: op.Out.Rec})
 	}
@@ -322,10 +324,10 @@ type client struct {
 	keys []string
 	clk  *clock
 
-	lease  *core.Fence
-	zombie bool         // the lease was found lost; the handler finishes anyway
-	old    []core.Fence // fences this client held: stale (or not) writes
-	seen   []core.Fence // processing records read by Get: Release targets
+	lease  *storekit.Fence
+	zombie bool             // the lease was found lost; the handler finishes anyway
+	old    []storekit.Fence // fences this client held: stale (or not) writes
+	seen   []storekit.Fence // processing records read by Get: Release targets
 	n      int
 
 	kills *atomic.Int32
@@ -397,16 +399,16 @@ func (c *client) maybeKill(ctx context.Context) {
 
 func (c *client) chance(pct int) bool { return c.rng.IntN(100) < pct }
 
-func (c *client) pick(fs []core.Fence) (core.Fence, bool) {
+func (c *client) pick(fs []storekit.Fence) (storekit.Fence, bool) {
 	if len(fs) == 0 {
-		return core.Fence{}, false
+		return storekit.Fence{}, false
 	}
 	return fs[c.rng.IntN(len(fs))], true
 }
 
 // stale picks a fence this client held, most often its latest (whose
 // record is likeliest to be in another owner's hands now).
-func (c *client) stale() (core.Fence, bool) {
+func (c *client) stale() (storekit.Fence, bool) {
 	if len(c.old) > 0 && c.chance(60) {
 		return c.old[len(c.old)-1], true
 	}
@@ -496,7 +498,7 @@ func (c *client) owner() {
 		// The handler committed its transaction itself, then the process
 		// crashed: the lease is left to lapse, and nobody uses it again.
 		c.do(Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token}, func(ctx context.Context) (Output, error) {
-			ctx = core.ContextWithLease(ctx, core.NewLease(c.env.Store, f))
+			ctx = storetest.ContextWithLease(ctx, storetest.NewLease(c.env.Store, f))
 			if err := c.env.CommitSelf(ctx, f); err != nil {
 				return Output{Res: Unknown}, err
 			}
@@ -524,7 +526,7 @@ func (c *client) claim() {
 	}
 	in := Input{Kind: Claim, Key: k, FP: fp}
 	out := c.do(in, func(ctx context.Context) (Output, error) {
-		res, err := c.env.Store.Claim(ctx, core.ClaimRequest{
+		res, err := c.env.Store.Claim(ctx, storekit.ClaimRequest{
 			Scope: c.env.Scope, Key: c.key(k), Method: "POST", Route: "/model", Fingerprint: fp,
 			Lease: Lease, Retention: Retention,
 		})
@@ -534,7 +536,7 @@ func (c *client) claim() {
 		return Output{Res: OK, Claimed: res.Claimed, Fresh: res.Fresh, Rec: view(res.Record)}, nil
 	})
 	if out.Res == OK && out.Claimed {
-		c.lease = &core.Fence{Scope: c.env.Scope, Key: c.key(k), Token: out.Rec.Tok}
+		c.lease = &storekit.Fence{Scope: c.env.Scope, Key: c.key(k), Token: out.Rec.Tok}
 		if c.chance(50) {
 			c.fenced(*c.lease, LoadSteps) // a takeover resumes from the stored steps
 		}
@@ -542,7 +544,7 @@ func (c *client) claim() {
 	// A claim whose answer was lost leaves a lease nobody knows: a crash.
 }
 
-func view(r core.Record) View {
+func view(r storekit.Record) View {
 	v := View{Status: r.Status, Tok: r.Token, FP: r.Fingerprint}
 	if r.Response != nil {
 		v.Resp = respID(r.Response)
@@ -552,7 +554,7 @@ func view(r core.Record) View {
 
 // respID is the identity of a stored response: its body, checked against
 // the status and header it was stored with.
-func respID(r *core.StoredResponse) string {
+func respID(r *storekit.StoredResponse) string {
 	id := string(r.Body)
 	if r.NotRetained && r.Status == http.StatusInternalServerError && id == "" && len(r.Header) == 0 {
 		return NotRetainedResp
@@ -571,18 +573,18 @@ func result(err error) Result {
 		return OK
 	case errors.Is(err, core.ErrLeaseLost):
 		return LeaseLost
-	case errors.Is(err, core.ErrNotCommitted):
+	case errors.Is(err, storekit.ErrNotCommitted):
 		return NotCommitted
 	default:
 		return Unknown
 	}
 }
 
-func (c *client) fenced(f core.Fence, kind Kind) {
+func (c *client) fenced(f storekit.Fence, kind Kind) {
 	k := c.keyIndex(f.Key)
 	in := Input{Kind: kind, Key: k, Tok: f.Token}
 	s := c.env.Store
-	ss, steps := core.StoreAs[core.StepStore](s)
+	ss, steps := storekit.As[storekit.StepStore](s)
 	if (kind == SaveStep || kind == LoadSteps) && !steps {
 		kind = Heartbeat
 		in.Kind = kind
@@ -599,7 +601,7 @@ func (c *client) fenced(f core.Fence, kind Kind) {
 	}
 	out := c.do(in, func(ctx context.Context) (Output, error) {
 		if tx {
-			ctx = core.ContextWithLease(ctx, core.NewLease(s, f))
+			ctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 			if err := c.env.BusinessWrite(ctx, f); err != nil {
 				// The handler's write failed: it answers 500, and the
 				// engine aborts (Fail rolls the transaction back).
@@ -614,7 +616,7 @@ func (c *client) fenced(f core.Fence, kind Kind) {
 		case Heartbeat:
 			err = s.Heartbeat(ctx, f, Lease)
 		case Complete:
-			err = s.Complete(ctx, f, core.StoredResponse{
+			err = s.Complete(ctx, f, storekit.StoredResponse{
 				Status: http.StatusCreated, Header: http.Header{"X-Resp": {in.Resp}}, Body: []byte(in.Resp),
 			})
 		case Fail:
@@ -662,15 +664,15 @@ func (c *client) get() {
 	out := c.do(Input{Kind: Get, Key: k}, func(ctx context.Context) (Output, error) {
 		r, err := c.env.Store.Get(ctx, c.env.Scope, c.key(k))
 		switch {
-		case errors.Is(err, core.ErrNotFound):
+		case errors.Is(err, storekit.ErrNotFound):
 			return Output{Res: NotFound}, nil
 		case err != nil:
 			return Output{Res: Unknown}, err
 		}
 		return Output{Res: OK, Rec: view(r)}, nil
 	})
-	if out.Res == OK && out.Rec.Status == core.StatusProcessing {
-		c.seen = append(c.seen, core.Fence{Scope: c.env.Scope, Key: c.key(k), Token: out.Rec.Tok})
+	if out.Res == OK && out.Rec.Status == storekit.StatusProcessing {
+		c.seen = append(c.seen, storekit.Fence{Scope: c.env.Scope, Key: c.key(k), Token: out.Rec.Tok})
 	}
 }
 
@@ -706,12 +708,12 @@ func (c *client) lapse(kind Kind) {
 }
 
 func (c *client) release() {
-	adm, ok := core.StoreAs[core.Admin](c.env.Store)
+	adm, ok := storekit.As[storekit.Admin](c.env.Store)
 	if !ok {
 		c.get()
 		return
 	}
-	f, ok := c.pick(append(append([]core.Fence{}, c.seen...), c.old...))
+	f, ok := c.pick(append(append([]storekit.Fence{}, c.seen...), c.old...))
 	if !ok {
 		c.get()
 		return
@@ -722,7 +724,7 @@ func (c *client) release() {
 		switch {
 		case err == nil:
 			return Output{Res: OK}, nil
-		case errors.Is(err, core.ErrLeaseLive), errors.Is(err, core.ErrLeaseLost), errors.Is(err, core.ErrNotFound):
+		case errors.Is(err, storekit.ErrLeaseLive), errors.Is(err, core.ErrLeaseLost), errors.Is(err, storekit.ErrNotFound):
 			return Output{Res: Refused}, nil
 		}
 		return Output{Res: Unknown}, err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
@@ -48,12 +49,12 @@ func suiteOptions(cfg idemtest.Config) []nethttpidem.Option {
 		}))
 	}
 	if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-		opts = append(opts, nethttpidem.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error, fallback *core.Response) {
+		opts = append(opts, nethttpidem.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error, fallback *adapterkit.Response) {
 			if cfg.ErrorHandlerSaw != nil {
 				cfg.ErrorHandlerSaw(err)
 			}
 			if !cfg.SilentErrorHandler {
-				_ = core.WriteResponse(w, fallback)
+				_ = adapterkit.WriteResponse(w, fallback)
 			}
 		}))
 	}

@@ -25,7 +25,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // faultEnv is one server: handler behind nethttpidem on a memstore, with a
@@ -473,7 +475,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 			t.Errorf("the panicking handler's half response leaked: %v %s", r.header, r.body)
 		}
 		rec, err := env.store.Get(context.Background(), "", "p")
-		if err != nil || rec.Status != core.StatusFailed || rec.Response != nil {
+		if err != nil || rec.Status != storekit.StatusFailed || rec.Response != nil {
 			t.Fatalf("record after panic: %+v %v (want failed, no response)", rec, err)
 		}
 		// Failed, not completed: the retry runs again, and is not a replay.
@@ -493,7 +495,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 			t.Fatalf("ErrAbortHandler answered %d; want a dropped connection", resp.StatusCode)
 		}
 		rec, err := env.store.Get(context.Background(), "", "abort")
-		if err != nil || rec.Status != core.StatusFailed {
+		if err != nil || rec.Status != storekit.StatusFailed {
 			t.Errorf("record: %+v %v", rec, err)
 		}
 	})
@@ -554,7 +556,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 			t.Errorf("a streamed response's handler ran %d times", env.runsOf("fl"))
 		}
 		rec, err := env.store.Get(context.Background(), "", "fl")
-		if err != nil || rec.Status != core.StatusCompleted || rec.Response == nil || !rec.Response.NotRetained || len(rec.Response.Body) != 0 {
+		if err != nil || rec.Status != storekit.StatusCompleted || rec.Response == nil || !rec.Response.NotRetained || len(rec.Response.Body) != 0 {
 			t.Errorf("record: %+v %v", rec, err)
 		}
 	})
@@ -597,7 +599,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 			t.Errorf("retry: %d %q replayed %v runs %d", b.status, b.body, b.replayed(), env.runsOf("nw"))
 		}
 		rec, err := env.store.Get(context.Background(), "", "nw")
-		if err != nil || rec.Status != core.StatusCompleted || rec.Response == nil || rec.Response.Status != 200 || rec.Response.NotRetained {
+		if err != nil || rec.Status != storekit.StatusCompleted || rec.Response == nil || rec.Response.Status != 200 || rec.Response.NotRetained {
 			t.Errorf("record: %+v %v", rec, err)
 		}
 	})
@@ -632,9 +634,9 @@ func TestFaultLargeResponseNotBufferedWhole(t *testing.T) {
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), 2048) // 32 KiB
 	var maxBuffered atomic.Int64
 	env := newFaultEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		rec, ok := w.(*core.Recorder)
+		rec, ok := w.(*adapterkit.Recorder)
 		if !ok {
-			t.Errorf("handler writer is %T, not *core.Recorder", w)
+			t.Errorf("handler writer is %T, not *adapterkit.Recorder", w)
 			return
 		}
 		switch r.Header.Get("X-Size") {
@@ -795,7 +797,7 @@ func TestFaultMemstoreHeapBounded(t *testing.T) {
 		if d.Outcome != core.Proceed {
 			t.Fatalf("key %d: outcome %v", i, d.Outcome)
 		}
-		if err := eng.Commit(ctx, d, core.Response{Status: 201, Body: append([]byte(nil), body...)}); err != nil {
+		if err := eng.Commit(ctx, d, adapterkit.Response{Status: 201, Body: append([]byte(nil), body...)}); err != nil {
 			t.Fatal(err)
 		}
 	}

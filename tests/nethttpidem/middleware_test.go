@@ -18,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/nethttpidem"
 )
 
@@ -174,7 +176,7 @@ func TestRecorderUnwrapResponseController(t *testing.T) {
 	eng := newEngine(t, memstore.New())
 	var sawRecorder atomic.Bool
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, isRec := w.(*core.Recorder)
+		_, isRec := w.(*adapterkit.Recorder)
 		sawRecorder.Store(isRec)
 		rc := http.NewResponseController(w)
 		if err := rc.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
@@ -382,21 +384,21 @@ type faultStore struct {
 	claimErr, completeErr, failErr error
 }
 
-func (s *faultStore) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimResult, error) {
+func (s *faultStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if s.claimErr != nil {
-		return core.ClaimResult{}, s.claimErr
+		return storekit.ClaimResult{}, s.claimErr
 	}
 	return s.Store.Claim(ctx, req)
 }
 
-func (s *faultStore) Complete(ctx context.Context, f core.Fence, r core.StoredResponse) error {
+func (s *faultStore) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
 	if s.completeErr != nil {
 		return s.completeErr
 	}
 	return s.Store.Complete(ctx, f, r)
 }
 
-func (s *faultStore) Fail(ctx context.Context, f core.Fence) error {
+func (s *faultStore) Fail(ctx context.Context, f storekit.Fence) error {
 	if s.failErr != nil {
 		return s.failErr
 	}
@@ -411,7 +413,7 @@ func TestErrorHandler(t *testing.T) {
 	var gotStatus int
 	var mu sync.Mutex
 	srv := serve(t, eng, "POST /pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }),
-		nethttpidem.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error, fallback *core.Response) {
+		nethttpidem.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error, fallback *adapterkit.Response) {
 			mu.Lock()
 			gotErr, gotStatus = err, fallback.Status
 			mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/nethttpidem"
 )
 
@@ -20,14 +21,14 @@ import (
 func legacyRecord(t *testing.T, store core.Store, key, route, target, body, answer string) {
 	t.Helper()
 	ctx := t.Context()
-	res, err := store.Claim(ctx, core.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
+	res, err := store.Claim(ctx, storekit.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
 		Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: route, Target: target, Body: []byte(body)}),
 		Lease:       time.Minute, Retention: time.Hour})
 	if err != nil || !res.Claimed {
 		t.Fatalf("seed %s: %+v %v", route, res, err)
 	}
-	if err := store.Complete(ctx, core.Fence{Scope: "u", Key: key, Token: res.Record.Token},
-		core.StoredResponse{Status: http.StatusCreated, Body: []byte(answer)}); err != nil {
+	if err := store.Complete(ctx, storekit.Fence{Scope: "u", Key: key, Token: res.Record.Token},
+		storekit.StoredResponse{Status: http.StatusCreated, Body: []byte(answer)}); err != nil {
 		t.Fatal(err)
 	}
 }

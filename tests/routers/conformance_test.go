@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
@@ -35,12 +36,12 @@ var chiAdapter = idemtest.Adapter{
 			}))
 		}
 		if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-			opts = append(opts, nethttpidem.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error, fallback *core.Response) {
+			opts = append(opts, nethttpidem.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error, fallback *adapterkit.Response) {
 				if cfg.ErrorHandlerSaw != nil {
 					cfg.ErrorHandlerSaw(err)
 				}
 				if !cfg.SilentErrorHandler {
-					_ = core.WriteResponse(w, fallback)
+					_ = adapterkit.WriteResponse(w, fallback)
 				}
 			}))
 		}

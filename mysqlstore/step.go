@@ -12,13 +12,14 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
-var _ core.StepStore = (*Store)(nil)
+var _ storekit.StepStore = (*Store)(nil)
 
-// LoadSteps implements core.StepStore: one fenced SELECT of the record's
+// LoadSteps implements storekit.StepStore: one fenced SELECT of the record's
 // steps document (migration 0004).
-func (s *Store) LoadSteps(ctx context.Context, f core.Fence) (map[string][]byte, error) {
+func (s *Store) LoadSteps(ctx context.Context, f storekit.Fence) (map[string][]byte, error) {
 	const op = "load steps"
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, op, err)
@@ -79,11 +80,11 @@ func parseSteps(doc []byte, born int64) (map[string][]byte, error) {
 	return out, nil
 }
 
-// SaveStep implements core.StepStore: one fenced UPDATE of the record's
+// SaveStep implements storekit.StepStore: one fenced UPDATE of the record's
 // row, durable on its own (autocommit, never the handler's transaction).
 // An UPDATE that changed nothing (the same result saved again) is told
 // from a lost lease by a second, fenced read.
-func (s *Store) SaveStep(ctx context.Context, f core.Fence, name string, result []byte) error {
+func (s *Store) SaveStep(ctx context.Context, f storekit.Fence, name string, result []byte) error {
 	const op = "save step"
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)

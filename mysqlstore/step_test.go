@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -24,7 +24,7 @@ func TestFreshAndSteps(t *testing.T) {
 	if err != nil || !res.Claimed || !res.Fresh {
 		t.Fatalf("new key: claimed %v fresh %v err %v, want both", res.Claimed, res.Fresh, err)
 	}
-	f := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	f := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 	for range 2 { // the same result twice: the second UPDATE changes nothing
 		if err := s.SaveStep(ctx, f, "charge", []byte("ch_1")); err != nil {
 			t.Fatalf("save: %v", err)
@@ -34,7 +34,7 @@ func TestFreshAndSteps(t *testing.T) {
 	if err != nil || !res.Claimed || res.Fresh {
 		t.Fatalf("takeover: claimed %v fresh %v err %v, want claimed and not fresh", res.Claimed, res.Fresh, err)
 	}
-	g := core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
+	g := storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
 	steps, err := later.LoadSteps(ctx, g)
 	if err != nil || string(steps["charge"]) != "ch_1" {
 		t.Fatalf("steps after takeover: %q %v", steps, err)
@@ -46,7 +46,7 @@ func TestFreshAndSteps(t *testing.T) {
 	if err != nil || !res.Claimed || !res.Fresh {
 		t.Fatalf("new again: claimed %v fresh %v err %v, want both", res.Claimed, res.Fresh, err)
 	}
-	if steps, err := muchLater.LoadSteps(ctx, core.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil || len(steps) != 0 {
+	if steps, err := muchLater.LoadSteps(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}); err != nil || len(steps) != 0 {
 		t.Errorf("steps of a key new again: %q %v, want none", steps, err)
 	}
 }

@@ -1,0 +1,26 @@
+package core
+
+import (
+	"time"
+
+	"github.com/idemkit/idem/core/adapterkit"
+)
+
+// Internals the external tests (package core_test) check directly.
+
+func ProblemResponse(base, name string, status int, detail string) *adapterkit.Response {
+	return problemResponse(base, name, status, detail)
+}
+
+func (e *Engine) Problem(name, detail string) *adapterkit.Response { return e.problem(name, detail) }
+
+func (e *Engine) PanicResponse() *adapterkit.Response { return e.panicResponse() }
+
+func (e *Engine) CommitErrorResponse(err error) *adapterkit.Response {
+	return e.commitErrorResponse(err)
+}
+
+func ISO8601Duration(d time.Duration) string { return iso8601Duration(d) }
+
+// StepsSupported reports whether the engine finds a StepStore in s.
+func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
