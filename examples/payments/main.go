@@ -24,6 +24,16 @@
 //	-book-latency 0s            simulated business time between the provider's
 //	                            answer (stored as a recovery point, core.Step)
 //	                            and booking the ledger row
+//	-steps=true                 the provider charge is a recovery point
+//	                            (core.Step): its answer is committed before the
+//	                            booking, so an instance taking the key over
+//	                            after a crash books that charge instead of
+//	                            calling the provider again. -steps=false makes
+//	                            it a plain call: one durable commit less per
+//	                            first execution, and after a crash between the
+//	                            charge and the booking the provider is called
+//	                            again with the same relayed key (its own
+//	                            deduplication is then the only wall)
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
@@ -112,6 +122,7 @@ type config struct {
 	providerURL     string
 	providerLatency time.Duration
 	bookLatency     time.Duration
+	steps           bool // the charge is a recovery point (core.Step)
 	lease           time.Duration
 	wait            time.Duration
 	retention       time.Duration
@@ -169,6 +180,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "external payment provider base URL (default: in-process simulation)")
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
+	fs.BoolVar(&cfg.steps, "steps", true, "keep the provider charge as a recovery point (core.Step); false: a plain call, one commit less, no recovery point")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
 	fs.BoolVar(&cfg.txPooler, "tx-pooler", false, "-dsn goes through a transaction pooler (PgBouncer pool_mode=transaction): wait mode LISTENs on -listen-dsn, or polls")
@@ -214,7 +226,9 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	var provider Provider
 	providerDesc := "simulated"
 	if cfg.providerURL != "" {
-		provider = newHTTPProvider(cfg.providerURL, providerTimeout)
+		hp := newHTTPProvider(cfg.providerURL, providerTimeout)
+		defer hp.client.CloseIdleConnections()
+		provider = hp
 		providerDesc = cfg.providerURL
 	} else {
 		provider = newSimProvider(cfg.providerLatency, log)
@@ -271,7 +285,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, log: log}, eng: eng, log: log, metrics: metrics}
+	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, noStep: !cfg.steps, log: log}, eng: eng, log: log, metrics: metrics}
 	if a.openapi, err = openAPIJSON(eng, cfg.metrics); err != nil {
 		return err
 	}
@@ -285,7 +299,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		startLog = newLogger("json", logOut)
 	}
 	startLog.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
-		"provider", providerDesc, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
+		"provider", providerDesc, "steps", cfg.steps, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
 	err = frameworks[cfg.framework](ctx, ln, a)
 	log.Info("stopped", "err", err)
 	return err
@@ -299,9 +313,10 @@ func engineOptions(cfg config, log *slog.Logger) []core.Option {
 		core.WithWait(cfg.wait),
 		core.WithRetention(cfg.retention),
 		core.WithLogger(log),
-		// The provider charge is a recovery point (core.Step): refuse a
-		// store that cannot keep it rather than charge unprotected.
-		core.WithStepsRequired(true),
+		// The provider charge is a recovery point (core.Step, -steps):
+		// refuse a store that cannot keep it rather than charge
+		// unprotected.
+		core.WithStepsRequired(cfg.steps),
 	}
 }
 
