@@ -46,6 +46,7 @@
 //	-metrics                    GET /metrics: otelidem's OpenTelemetry metrics
 //	                            through OTel's Prometheus exporter
 //	-log text                   log format on stderr: text | json | none
+//	-cpuprofile FILE            write a pprof CPU profile of the run to FILE
 //
 // API:
 //
@@ -84,6 +85,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -130,6 +132,7 @@ type config struct {
 	txPooler        bool   // -dsn goes through a transaction pooler (PgBouncer)
 	listenDSN       string // direct connection for wait mode's LISTEN
 	logFormat       string
+	cpuProfile      string // -cpuprofile: pprof CPU profile of the whole run
 }
 
 const (
@@ -155,6 +158,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "payments: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer stopProfile()
+	}
 	if err := run(ctx, cfg, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		os.Exit(1)
@@ -187,6 +198,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&cfg.listenDSN, "listen-dsn", "", "direct PostgreSQL connection for wait mode's LISTEN when -dsn goes through a transaction pooler")
 	fs.BoolVar(&cfg.metrics, "metrics", false, "serve OpenTelemetry metrics (otelidem) at GET /metrics in the Prometheus format")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the run to this file (stopped at shutdown)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json | none (start-up line only)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -330,6 +342,14 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	if !strings.Contains(cfg.dsn, "pool_max_conns") {
 		pcfg.MaxConns = defaultPoolSize
 	}
+	if _, set := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		// End a business transaction abandoned by a bug rather than pin its
+		// locks forever. Set once per connection, at connect: every other
+		// statement on this pool is autocommit, and
+		// pgstore.WithTxIdleTimeout would send a set_config with every
+		// first execution (issue 21).
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2*providerTimeout + cfg.lease).Milliseconds(), 10)
+	}
 	schema := schemaFromSearchPath(pcfg.ConnConfig.RuntimeParams["search_path"])
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -346,13 +366,11 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	}
 	opts := []pgstore.Option{
 		pgstore.WithSchema(schema),
-		// Every handler keeps its effects in pgstore.Tx (the ledger row)
-		// or behind a relayed key (the provider charge): claims need not
-		// wait for their WAL flush; the ledger commit flushes them.
-		pgstore.WithTransactional(),
-		// A handler holds its transaction across the provider call; end a
-		// transaction abandoned by a bug rather than pin its locks forever.
-		pgstore.WithTxIdleTimeout(2*providerTimeout + cfg.lease),
+		// The ledger row is written in pgstore.Tx (transactional mode) but
+		// the claims stay synchronous: every execution relays a key to the
+		// provider, and an asynchronous claim (WithTransactional) must then
+		// be made durable before the key leaves (SyncClaim: one more round
+		// trip and row version, the same number of WAL flushes). Issue 21.
 		pgstore.WithLogger(log),
 	}
 	if cfg.txPooler {
