@@ -96,3 +96,14 @@ func cpuDelta(a, b cpuSnap) (server, pg int64, serverOK, pgOK bool) {
 	}
 	return server, pg, serverOK, pgOK
 }
+
+// newBackends counts the backends in b that were not there in a.
+func newBackends(a, b cpuSnap) int {
+	n := 0
+	for pid := range b.pg {
+		if _, ok := a.pg[pid]; !ok && a.pg != nil {
+			n++
+		}
+	}
+	return n
+}

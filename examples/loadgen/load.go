@@ -342,7 +342,11 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 				if err != nil {
 					return err
 				}
-				if srv, pg, srvOK, pgOK := cpuDelta(c0, room.snap(ctx, s)); srvOK || pgOK {
+				c1 := room.snap(ctx, s)
+				if n := newBackends(c0, c1); n > 0 {
+					fmt.Fprintf(logw, "loadgen: %s: %d backends connected during the measured round (their start-up CPU is counted)\n", s.target, n)
+				}
+				if srv, pg, srvOK, pgOK := cpuDelta(c0, c1); srvOK || pgOK {
 					if srvOK {
 						r.serverCPU, r.serverN = time.Duration(srv), r.requests
 					}
