@@ -100,7 +100,7 @@ func TestStepsFlag(t *testing.T) {
 				}
 				if i == 0 {
 					first = rec.Body.Bytes()
-				} else if string(rec.Body.Bytes()) != string(first) {
+				} else if rec.Body.String() != string(first) {
 					t.Errorf("replay %s, want %s", rec.Body, first)
 				}
 			}
