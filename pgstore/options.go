@@ -193,6 +193,10 @@ func WithOptimisticClaim() Option { return WithInsertFirst() }
 // claim itself once the handler asks for a relay key (core.RelayKey): the
 // key names the record, so the record must outlive a crash before the key
 // reaches a provider (SyncClaim: one more flush, for those executions only).
+// A store whose handlers all relay a key gains nothing from it: SyncClaim
+// then costs every first execution one more round trip and row version
+// than a synchronous claim, for the same flushes (examples/payments keeps
+// synchronous claims for that reason; BENCHMARKS.md §4.00).
 //
 // Do not use it when handlers have effects outside the database without a
 // relayed key: a crash and quick recovery of the database during such a

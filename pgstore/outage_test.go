@@ -280,7 +280,7 @@ func newOutageEnv(t *testing.T, transactional bool, lease time.Duration) *outage
 	}
 	mux.Handle("POST /pay", mw(h))
 	srv := httptest.NewServer(mux)
-	tr := &http.Transport{}
+	tr := &http.Transport{MaxIdleConnsPerHost: 32} // concurrent duplicates: keep their connections (the default keeps 2)
 	env.client = &http.Client{Transport: tr, Timeout: 15 * time.Second}
 	env.url = srv.URL
 	t.Cleanup(func() {

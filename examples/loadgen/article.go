@@ -148,7 +148,7 @@ func (a *articleStore) execute(ctx context.Context, log *slog.Logger, userID, ke
 
 // articleHandler serves POST /v1/payments through the article's design: the
 // same validation, provider wait and ledger insert as the baseline.
-func articleHandler(a *articleStore, book func(ctx context.Context, user string, in payIn) (int, []byte, error), log *slog.Logger) http.HandlerFunc {
+func articleHandler(a *articleStore, book func(ctx context.Context, user, key string, in payIn) (int, []byte, error), log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		user := r.Header.Get("X-User-ID")
 		if user == "" {
@@ -159,8 +159,9 @@ func articleHandler(a *articleStore, book func(ctx context.Context, user string,
 		if !ok {
 			return
 		}
-		code, out, replayed, err := a.execute(r.Context(), log, user, r.Header.Get("Idempotency-Key"), "/v1/payments", body,
-			func(ctx context.Context) (int, []byte, error) { return book(ctx, user, in) })
+		key := r.Header.Get("Idempotency-Key")
+		code, out, replayed, err := a.execute(r.Context(), log, user, key, "/v1/payments", body,
+			func(ctx context.Context) (int, []byte, error) { return book(ctx, user, key, in) })
 		if err != nil && !errors.Is(err, context.Canceled) {
 			log.ErrorContext(r.Context(), "article: request failed", "user", user, "err", err)
 		}

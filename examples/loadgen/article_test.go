@@ -30,7 +30,7 @@ func TestArticleServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- serveChild(ctx, "article", "127.0.0.1:0", dsn, 0, "none", pw) }()
+	go func() { done <- serveChild(ctx, "article", "127.0.0.1:0", dsn, 0, "", "none", pw) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

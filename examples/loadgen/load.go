@@ -40,6 +40,10 @@ type result struct {
 	conflicts  int // 409 (duplicate of a request still in flight)
 	other      int // anything else, transport errors included
 	firstError string
+	// CPU of the measured requests (cpu.go), with how many requests it
+	// covers; zero counts: not measured.
+	serverCPU, pgCPU time.Duration
+	serverN, pgN     int
 }
 
 func (r result) throughput() float64 { return float64(r.requests) / r.elapsed.Seconds() }
@@ -170,11 +174,12 @@ func (d *driver) post(ctx context.Context, k userKey) (status int, replayed bool
 
 // server is one server variant under load.
 type server struct {
-	target  string // idem, baseline, article
+	target  string // idem, idem-nostep, baseline, article
 	logging string // default, off
 	pool    int
-	mysql   bool  // -dsn mysql://: mysqlstore behind the example
-	dups    []int // the duplicate shares it takes part in
+	mysql   bool   // -dsn mysql://: mysqlstore behind the example
+	app     string // application_name of its PostgreSQL connections (its schema)
+	dups    []int  // the duplicate shares it takes part in
 	c       *child
 	d       *driver
 	drop    func()
@@ -182,11 +187,15 @@ type server struct {
 
 func (s *server) name() string {
 	switch s.target {
-	case "idem":
+	case "idem", "idem-nostep":
+		n := "payments + idem (pgstore tx)"
 		if s.mysql {
-			return "payments + idem (mysqlstore tx)"
+			n = "payments + idem (mysqlstore tx)"
 		}
-		return "payments + idem (pgstore tx)"
+		if s.target == "idem-nostep" {
+			n += ", no step"
+		}
+		return n
 	case "article":
 		return "article's design"
 	}
@@ -214,7 +223,7 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 	}
 	defer os.RemoveAll(tmp)
 	bin := cfg.paymentsBin
-	if bin == "" && slices.Contains(cfg.targets, "idem") {
+	if bin == "" && (slices.Contains(cfg.targets, "idem") || slices.Contains(cfg.targets, "idem-nostep")) {
 		fmt.Fprintln(logw, "loadgen: building examples/payments")
 		if bin, err = buildPayments(ctx, tmp); err != nil {
 			return err
@@ -230,6 +239,16 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 		return err
 	}
 	defer room.close()
+
+	var providerArgs []string
+	if cfg.providerHTTP {
+		prov, err := startChild(ctx, self, "-serve", "provider", "-addr", "127.0.0.1:0", "-provider-latency", cfg.latency.String())
+		if err != nil {
+			return err
+		}
+		defer prov.stop()
+		providerArgs = []string{"-provider-url", prov.base}
+	}
 
 	var servers []*server
 	for _, l := range cfg.logs {
@@ -256,6 +275,9 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 			return err
 		}
 		s.drop = drop
+		if !s.mysql {
+			s.app = schema
+		}
 		dsn, err := withParams(cfg.dsn, schema, s.pool)
 		if err != nil {
 			return err
@@ -264,12 +286,17 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 		if s.logging == "off" {
 			childLog = "none"
 		}
-		if s.target == "idem" {
-			s.c, err = startChild(ctx, bin, "-addr", "127.0.0.1:0", "-dsn", dsn, "-framework", cfg.framework,
-				"-provider-latency", cfg.latency.String(), "-log", childLog)
-		} else {
-			s.c, err = startChild(ctx, self, "-serve", s.target, "-addr", "127.0.0.1:0", "-dsn", dsn,
-				"-provider-latency", cfg.latency.String(), "-log", childLog)
+		switch s.target {
+		case "idem", "idem-nostep":
+			args := []string{"-addr", "127.0.0.1:0", "-dsn", dsn, "-framework", cfg.framework,
+				"-provider-latency", cfg.latency.String(), "-log", childLog}
+			if s.target == "idem-nostep" {
+				args = append(args, "-steps=false")
+			}
+			s.c, err = startChild(ctx, bin, append(args, providerArgs...)...)
+		default:
+			s.c, err = startChild(ctx, self, append([]string{"-serve", s.target, "-addr", "127.0.0.1:0", "-dsn", dsn,
+				"-provider-latency", cfg.latency.String(), "-log", childLog}, providerArgs...)...)
 		}
 		if err != nil {
 			return err
@@ -310,9 +337,22 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 				if _, err := s.d.load(ctx, warm, cfg.concurrency, dup, uint64(1000+round)); err != nil {
 					return err
 				}
+				c0 := room.snap(ctx, s)
 				r, err := s.d.load(ctx, per, cfg.concurrency, dup, uint64(di*100+round+1))
 				if err != nil {
 					return err
+				}
+				c1 := room.snap(ctx, s)
+				if n := newBackends(c0, c1); n > 0 {
+					fmt.Fprintf(logw, "loadgen: %s: %d backends connected during the measured round (their start-up CPU is counted)\n", s.target, n)
+				}
+				if srv, pg, srvOK, pgOK := cpuDelta(c0, c1); srvOK || pgOK {
+					if srvOK {
+						r.serverCPU, r.serverN = time.Duration(srv), r.requests
+					}
+					if pgOK {
+						r.pgCPU, r.pgN = time.Duration(pg), r.requests
+					}
 				}
 				acc[i] = acc[i].add(r)
 			}
@@ -336,6 +376,10 @@ func (r result) add(o result) result {
 	r.replayed += o.replayed
 	r.conflicts += o.conflicts
 	r.other += o.other
+	r.serverCPU += o.serverCPU
+	r.serverN += o.serverN
+	r.pgCPU += o.pgCPU
+	r.pgN += o.pgN
 	r.lat = append(r.lat, o.lat...)
 	if r.firstError == "" {
 		r.firstError = o.firstError
@@ -363,8 +407,12 @@ func (r result) finish() result {
 }
 
 func report(w io.Writer, cfg config, rs []result) {
-	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s, provider latency %v, GOMAXPROCS %d, %s\n\n",
-		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, cfg.latency, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	provider := "simulated in process"
+	if cfg.providerHTTP {
+		provider = "over HTTP (one provider process)"
+	}
+	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s, provider %s, provider latency %v, GOMAXPROCS %d, %s\n\n",
+		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, provider, cfg.latency, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	type k struct {
 		target, logging string
 		dup             int
@@ -382,22 +430,30 @@ func report(w io.Writer, cfg config, rs []result) {
 		}
 		return fmt.Sprintf("%.2f×", r.throughput()/b)
 	}
-	fmt.Fprintln(w, "| server | logging | pool | dup % | req/s | per round | vs baseline | vs article | p50 ms | p99 ms | mean ms | 201 new | 201 replayed | 409 | other |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| server | logging | pool | dup % | req/s | per round | vs baseline | vs article | vs idem | p50 ms | p99 ms | mean ms | server µs/req | PostgreSQL µs/req | 201 new | 201 replayed | 409 | other |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		var per []string
 		for _, x := range r.rounds {
 			per = append(per, fmt.Sprintf("%.0f", x))
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %.0f | %s | %s | %s | %.2f | %.2f | %.2f | %d | %d | %d | %d |\n",
-			r.name, r.logging, r.pool, r.dupPct, r.throughput(), strings.Join(per, " / "), ratio(r, "baseline"), ratio(r, "article"),
-			ms(r.p50), ms(r.p99), ms(r.mean), r.created, r.replayed, r.conflicts, r.other)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.0f | %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %d | %d | %d | %d |\n",
+			r.name, r.logging, r.pool, r.dupPct, r.throughput(), strings.Join(per, " / "), ratio(r, "baseline"), ratio(r, "article"), ratio(r, "idem"),
+			ms(r.p50), ms(r.p99), ms(r.mean), perReq(r.serverCPU, r.serverN), perReq(r.pgCPU, r.pgN), r.created, r.replayed, r.conflicts, r.other)
 	}
 	for _, r := range rs {
 		if r.firstError != "" {
 			fmt.Fprintf(w, "\n%s (logging %s) pool=%d dup=%d%%: first error: %s\n", r.target, r.logging, r.pool, r.dupPct, r.firstError)
 		}
 	}
+}
+
+// perReq is CPU per request in µs, or "—" when not measured.
+func perReq(cpu time.Duration, n int) string {
+	if n == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", float64(cpu.Microseconds())/float64(n))
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

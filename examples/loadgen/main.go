@@ -31,13 +31,24 @@
 //	                     (pool sizing guidance), e.g. 4,8,32
 //	-provider-latency 0s simulated provider latency (every server waits as
 //	                     long before its ledger insert)
+//	-provider-http       every server calls a provider over HTTP instead:
+//	                     a separate process (this binary -serve provider)
+//	                     on 127.0.0.1 that answers POST /v1/charges after
+//	                     -provider-latency; the servers' clients keep a
+//	                     keep-alive pool (examples/payments -provider-url)
 //	-framework nethttp   examples/payments -framework
 //	-payments-bin PATH   a built examples/payments (default: go build it)
 //	-targets idem,baseline,article
+//	                     idem-nostep: examples/payments -steps=false (the
+//	                     charge as a plain call, no recovery point)
 //	-logs default,off    run every server with the example's default
 //	                     logging (slog text on stderr, which loadgen reads
 //	                     and discards), with logging off, or both
 //	-max-duration 10m    overall deadline
+//
+// Every row reports, besides throughput and latency, the CPU each measured
+// request cost the server process and its PostgreSQL backends (µs, Linux;
+// cpu.go): at 0 % duplicates, the CPU per first execution.
 //
 // Each server is a child process (the payments binary, or this binary with
 // -serve baseline|article) so that the client's goroutines and the
@@ -76,26 +87,28 @@ import (
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 type config struct {
-	dsn         string
-	requests    int
-	warmup      int
-	concurrency int
-	dups        []int
-	pool        int
-	pools       []int
-	framework   string
-	latency     time.Duration
-	paymentsBin string
-	targets     []string
-	maxDuration time.Duration
+	dsn          string
+	requests     int
+	warmup       int
+	concurrency  int
+	dups         []int
+	pool         int
+	pools        []int
+	framework    string
+	latency      time.Duration
+	providerHTTP bool
+	paymentsBin  string
+	targets      []string
+	maxDuration  time.Duration
 
 	rounds int
 	logs   []string // "default", "off"
 
 	// child mode
-	serve     string // "baseline" or "article"
-	addr      string
-	logFormat string
+	serve       string // "baseline", "article" or "provider"
+	addr        string
+	providerURL string
+	logFormat   string
 }
 
 func main() {
@@ -110,7 +123,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.serve != "" {
-		err = serveChild(ctx, cfg.serve, cfg.addr, cfg.dsn, cfg.latency, cfg.logFormat, os.Stderr)
+		err = serveChild(ctx, cfg.serve, cfg.addr, cfg.dsn, cfg.latency, cfg.providerURL, cfg.logFormat, os.Stderr)
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, cfg.maxDuration)
 		defer cancel()
@@ -142,12 +155,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&pools, "pools", "", "extra idem pool sizes to run at 0% duplicates")
 	fs.StringVar(&cfg.framework, "framework", "nethttp", "examples/payments -framework")
 	fs.DurationVar(&cfg.latency, "provider-latency", 0, "simulated provider latency (both servers)")
+	fs.BoolVar(&cfg.providerHTTP, "provider-http", false, "every server calls an HTTP provider process on 127.0.0.1 (latency -provider-latency)")
+	fs.StringVar(&cfg.providerURL, "provider-url", "", "internal: the HTTP provider's base URL (child mode)")
 	fs.StringVar(&cfg.paymentsBin, "payments-bin", "", "built examples/payments binary (default: go build)")
-	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, baseline, article")
+	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, idem-nostep, baseline, article")
 	fs.StringVar(&logs, "logs", "default,off", "logging of every server: default (the example's: text on stderr), off")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "alternating rounds per duplicate share (each server -requests/rounds per round)")
 	fs.DurationVar(&cfg.maxDuration, "max-duration", 10*time.Minute, "overall deadline")
-	fs.StringVar(&cfg.serve, "serve", "", "internal: serve baseline or article (child mode)")
+	fs.StringVar(&cfg.serve, "serve", "", "internal: serve baseline, article or provider (child mode)")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:0", "internal: listen address (child mode)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "internal: child logging, text | json | none (child mode)")
 	if err := fs.Parse(args); err != nil {
@@ -165,7 +180,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	for _, t := range strings.Split(target, ",") {
 		switch t = strings.TrimSpace(t); t {
-		case "idem", "baseline", "article":
+		case "idem", "idem-nostep", "baseline", "article":
 			cfg.targets = append(cfg.targets, t)
 		case "":
 		default:
@@ -185,9 +200,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return cfg, errors.New("-targets article: the article's server is PostgreSQL-only; with a mysql:// DSN use -targets idem,baseline")
 	}
 	switch cfg.serve {
-	case "", "baseline", "article":
+	case "", "baseline", "article", "provider":
 	default:
-		return cfg, fmt.Errorf("-serve %q: want baseline or article", cfg.serve)
+		return cfg, fmt.Errorf("-serve %q: want baseline, article or provider", cfg.serve)
 	}
 	switch {
 	case len(cfg.logs) == 0:

@@ -51,6 +51,7 @@ func withParams(dsn, schema string, pool int) (string, error) {
 		}
 		q := u.Query()
 		q.Set("search_path", schema)
+		q.Set("application_name", schema) // finds the server's backends (cpu.go)
 		q.Set("pool_max_conns", strconv.Itoa(pool))
 		for k, v := range idleParams {
 			q.Set(k, v)
@@ -58,7 +59,7 @@ func withParams(dsn, schema string, pool int) (string, error) {
 		u.RawQuery = q.Encode()
 		return u.String(), nil
 	}
-	out := fmt.Sprintf("%s search_path=%s pool_max_conns=%d", dsn, schema, pool)
+	out := fmt.Sprintf("%s search_path=%s application_name=%s pool_max_conns=%d", dsn, schema, schema, pool)
 	for _, k := range []string{"pool_max_conn_idle_time", "pool_health_check_period"} {
 		out += " " + k + "=" + idleParams[k]
 	}
@@ -223,7 +224,10 @@ func newChildLogger(format string, w io.Writer) *slog.Logger {
 // one autocommit ledger INSERT per request) or through the article's design
 // ("article"). Both log what the example's service logs per execution (the
 // provider's charge, the booking) when logging is on.
-func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Duration, logFormat string, logOut io.Writer) error {
+func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Duration, providerURL, logFormat string, logOut io.Writer) error {
+	if kind == "provider" {
+		return serveProvider(ctx, addr, latency, logOut)
+	}
 	log := newChildLogger(logFormat, logOut)
 	// insertRow writes the ledger row (id, user_id, amount, currency,
 	// recipient, provider_charge_id) in one autocommit INSERT.
@@ -249,7 +253,7 @@ func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Durati
 		}
 		defer pool.Close()
 	}
-	return serveBook(ctx, kind, addr, latency, log, logOut, insertRow, pool, schema)
+	return serveBook(ctx, kind, addr, latency, providerURL, log, logOut, insertRow, pool, schema)
 }
 
 // pgLedger opens the pool, creates the ledger table (and the article's
@@ -294,13 +298,31 @@ func pgLedger(ctx context.Context, dsn, kind string) (*pgxpool.Pool, string, fun
 
 // serveBook serves the child's endpoints until ctx ends; pool and schema
 // are the article store's (PostgreSQL only).
-func serveBook(ctx context.Context, kind, addr string, latency time.Duration, log *slog.Logger, logOut io.Writer,
+func serveBook(ctx context.Context, kind, addr string, latency time.Duration, providerURL string, log *slog.Logger, logOut io.Writer,
 	insertRow func(ctx context.Context, args ...any) error, pool *pgxpool.Pool, schema string) error {
 
-	// book is the business logic: the provider call (simulated), then the
-	// ledger row in one autocommit INSERT with a random ID.
-	book := func(ctx context.Context, user string, in payIn) (int, []byte, error) {
-		if latency > 0 {
+	var provider *http.Client
+	if providerURL != "" {
+		provider = newProviderClient()
+		defer provider.CloseIdleConnections()
+	}
+	// book is the business logic: the provider call (over HTTP with
+	// -provider-url, else simulated), then the ledger row in one autocommit
+	// INSERT with a random ID.
+	book := func(ctx context.Context, user, key string, in payIn) (int, []byte, error) {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		chargeID := "ch_" + hex.EncodeToString(b[:])
+		if provider != nil {
+			if key == "" {
+				key = chargeID
+			}
+			id, err := charge(ctx, provider, providerURL, key, in)
+			if err != nil {
+				return http.StatusBadGateway, []byte(`{"status":502}`), err
+			}
+			chargeID = id
+		} else if latency > 0 {
 			t := time.NewTimer(latency)
 			select {
 			case <-t.C:
@@ -309,15 +331,13 @@ func serveBook(ctx context.Context, kind, addr string, latency time.Duration, lo
 				return http.StatusServiceUnavailable, nil, ctx.Err()
 			}
 		}
-		var b [12]byte
-		_, _ = rand.Read(b[:])
 		p := struct {
 			ID               string `json:"id"`
 			Amount           int64  `json:"amount"`
 			Currency         string `json:"currency"`
 			To               string `json:"to"`
 			ProviderChargeID string `json:"provider_charge_id"`
-		}{"pay_" + hex.EncodeToString(b[:]), in.Amount, in.Currency, in.To, "ch_" + hex.EncodeToString(b[:])}
+		}{"pay_" + hex.EncodeToString(b[:]), in.Amount, in.Currency, in.To, chargeID}
 		log.InfoContext(ctx, "provider: card charged", "charge", p.ProviderChargeID, "amount", p.Amount, "currency", p.Currency)
 		if err := insertRow(ctx, p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID); err != nil {
 			return http.StatusInternalServerError, []byte(`{"status":500}`), err
@@ -343,7 +363,7 @@ func serveBook(ctx context.Context, kind, addr string, latency time.Duration, lo
 			if !ok {
 				return
 			}
-			code, out, err := book(r.Context(), user, in)
+			code, out, err := book(r.Context(), user, r.Header.Get("Idempotency-Key"), in)
 			if err != nil {
 				http.Error(w, `{"status":500}`, http.StatusInternalServerError)
 				return

@@ -29,9 +29,9 @@ const envCrashRounds = "IDEM_CRASH_ROUNDS"
 
 // TestCrashPostgres crashes PostgreSQL under the payments flow. On a
 // throwaway cluster of its own (fsync on), the example runs in
-// transactional mode (claims committed without waiting for their WAL
-// flush; the ledger row and the stored response committed together,
-// synchronously) under concurrent load with duplicates; each round the
+// transactional mode (the ledger row and the stored response committed
+// together, synchronously; claims synchronous too, since every execution
+// relays a key) under concurrent load with duplicates; each round the
 // cluster is stopped with pg_ctl -m immediate mid-load (every server
 // process dies at once, unwritten WAL is lost) and restarted. Then every
 // key is retried until it is answered, and the test checks:

@@ -46,7 +46,9 @@ const (
 	stopTimeout    = 10 * time.Second
 )
 
-var httpClient = &http.Client{Timeout: requestTimeout}
+// httpClient keeps as many idle connections as the tests' bursts send at
+// once (the default transport keeps 2 per host; issue 21's audit).
+var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}, Timeout: requestTimeout}
 
 func TestE2E(t *testing.T) {
 	bin := buildBinary(t)

@@ -24,6 +24,16 @@
 //	-book-latency 0s            simulated business time between the provider's
 //	                            answer (stored as a recovery point, core.Step)
 //	                            and booking the ledger row
+//	-steps=true                 the provider charge is a recovery point
+//	                            (core.Step): its answer is committed before the
+//	                            booking, so an instance taking the key over
+//	                            after a crash books that charge instead of
+//	                            calling the provider again. -steps=false makes
+//	                            it a plain call: one durable commit less per
+//	                            first execution, and after a crash between the
+//	                            charge and the booking the provider is called
+//	                            again with the same relayed key (its own
+//	                            deduplication is then the only wall)
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
@@ -36,6 +46,7 @@
 //	-metrics                    GET /metrics: otelidem's OpenTelemetry metrics
 //	                            through OTel's Prometheus exporter
 //	-log text                   log format on stderr: text | json | none
+//	-cpuprofile FILE            write a pprof CPU profile of the run to FILE
 //
 // API:
 //
@@ -74,6 +85,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -112,6 +124,7 @@ type config struct {
 	providerURL     string
 	providerLatency time.Duration
 	bookLatency     time.Duration
+	steps           bool // the charge is a recovery point (core.Step)
 	lease           time.Duration
 	wait            time.Duration
 	retention       time.Duration
@@ -119,6 +132,7 @@ type config struct {
 	txPooler        bool   // -dsn goes through a transaction pooler (PgBouncer)
 	listenDSN       string // direct connection for wait mode's LISTEN
 	logFormat       string
+	cpuProfile      string // -cpuprofile: pprof CPU profile of the whole run
 }
 
 const (
@@ -144,6 +158,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "payments: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer stopProfile()
+	}
 	if err := run(ctx, cfg, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		os.Exit(1)
@@ -169,12 +191,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "external payment provider base URL (default: in-process simulation)")
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
+	fs.BoolVar(&cfg.steps, "steps", true, "keep the provider charge as a recovery point (core.Step); false: a plain call, one commit less, no recovery point")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
 	fs.BoolVar(&cfg.txPooler, "tx-pooler", false, "-dsn goes through a transaction pooler (PgBouncer pool_mode=transaction): wait mode LISTENs on -listen-dsn, or polls")
 	fs.StringVar(&cfg.listenDSN, "listen-dsn", "", "direct PostgreSQL connection for wait mode's LISTEN when -dsn goes through a transaction pooler")
 	fs.BoolVar(&cfg.metrics, "metrics", false, "serve OpenTelemetry metrics (otelidem) at GET /metrics in the Prometheus format")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the run to this file (stopped at shutdown)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json | none (start-up line only)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -214,7 +238,9 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	var provider Provider
 	providerDesc := "simulated"
 	if cfg.providerURL != "" {
-		provider = newHTTPProvider(cfg.providerURL, providerTimeout)
+		hp := newHTTPProvider(cfg.providerURL, providerTimeout)
+		defer hp.client.CloseIdleConnections()
+		provider = hp
 		providerDesc = cfg.providerURL
 	} else {
 		provider = newSimProvider(cfg.providerLatency, log)
@@ -271,7 +297,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, log: log}, eng: eng, log: log, metrics: metrics}
+	a := &app{svc: &Service{ledger: ledger, provider: provider, bookLatency: cfg.bookLatency, noStep: !cfg.steps, log: log}, eng: eng, log: log, metrics: metrics}
 	if a.openapi, err = openAPIJSON(eng, cfg.metrics); err != nil {
 		return err
 	}
@@ -285,7 +311,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		startLog = newLogger("json", logOut)
 	}
 	startLog.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
-		"provider", providerDesc, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
+		"provider", providerDesc, "steps", cfg.steps, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
 	err = frameworks[cfg.framework](ctx, ln, a)
 	log.Info("stopped", "err", err)
 	return err
@@ -299,9 +325,10 @@ func engineOptions(cfg config, log *slog.Logger) []core.Option {
 		core.WithWait(cfg.wait),
 		core.WithRetention(cfg.retention),
 		core.WithLogger(log),
-		// The provider charge is a recovery point (core.Step): refuse a
-		// store that cannot keep it rather than charge unprotected.
-		core.WithStepsRequired(true),
+		// The provider charge is a recovery point (core.Step, -steps):
+		// refuse a store that cannot keep it rather than charge
+		// unprotected.
+		core.WithStepsRequired(cfg.steps),
 	}
 }
 
@@ -314,6 +341,14 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	}
 	if !strings.Contains(cfg.dsn, "pool_max_conns") {
 		pcfg.MaxConns = defaultPoolSize
+	}
+	if _, set := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		// End a business transaction abandoned by a bug rather than pin its
+		// locks forever. Set once per connection, at connect: every other
+		// statement on this pool is autocommit, and
+		// pgstore.WithTxIdleTimeout would send a set_config with every
+		// first execution (issue 21).
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2*providerTimeout + cfg.lease).Milliseconds(), 10)
 	}
 	schema := schemaFromSearchPath(pcfg.ConnConfig.RuntimeParams["search_path"])
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -331,13 +366,11 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	}
 	opts := []pgstore.Option{
 		pgstore.WithSchema(schema),
-		// Every handler keeps its effects in pgstore.Tx (the ledger row)
-		// or behind a relayed key (the provider charge): claims need not
-		// wait for their WAL flush; the ledger commit flushes them.
-		pgstore.WithTransactional(),
-		// A handler holds its transaction across the provider call; end a
-		// transaction abandoned by a bug rather than pin its locks forever.
-		pgstore.WithTxIdleTimeout(2*providerTimeout + cfg.lease),
+		// The ledger row is written in pgstore.Tx (transactional mode) but
+		// the claims stay synchronous: every execution relays a key to the
+		// provider, and an asynchronous claim (WithTransactional) must then
+		// be made durable before the key leaves (SyncClaim: one more round
+		// trip and row version, the same number of WAL flushes). Issue 21.
 		pgstore.WithLogger(log),
 	}
 	if cfg.txPooler {

@@ -61,7 +61,12 @@ type Service struct {
 	// and the booking (-book-latency): the window in which tests kill the
 	// owner.
 	bookLatency time.Duration
-	log         *slog.Logger
+	// noStep (-steps=false) makes the charge a plain call instead of a
+	// recovery point: one durable commit less per first execution, traded
+	// for the guarantee that a takeover after a crash does not call the
+	// provider again (the relayed key still lets it deduplicate).
+	noStep bool
+	log    *slog.Logger
 }
 
 // relayLabel names the provider call for core.RelayKey.
@@ -100,30 +105,10 @@ func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (
 		return problem(http.StatusInternalServerError, "not-protected", "Not protected",
 			"the payment handler must run behind the idem middleware")
 	}
-	// The charge is a recovery point: once the provider has answered, its
-	// charge id is stored (fenced, durably) before the handler goes on, and
-	// an instance that takes the key over after a crash books that charge
-	// instead of calling the provider again. The relayed key remains the
-	// second wall for a crash between the answer and the store.
-	var providerErr error
-	charge, err := core.StepJSON(ctx, chargeStep, func(ctx context.Context) (providerCharge, error) {
-		id, err := s.provider.Charge(ctx, relay, c)
-		providerErr = err
-		return providerCharge{ID: id}, err
-	})
-	if providerErr != nil {
-		s.log.WarnContext(ctx, "provider charge failed", "user", user, "err", providerErr)
-		return problem(http.StatusBadGateway, "provider-failed", "Payment provider failed",
-			"the payment provider did not confirm the charge; retry with the same Idempotency-Key")
+	chargeID, status, out := s.charge(ctx, user, relay, c)
+	if status != 0 {
+		return status, out
 	}
-	if err != nil {
-		// Charged (perhaps) but not recorded: a retry resumes or, at
-		// worst, calls the provider again with the same relayed key.
-		s.log.ErrorContext(ctx, "charge step failed", "user", user, "err", err)
-		return problem(http.StatusServiceUnavailable, "charge-not-recorded", "Charge not recorded",
-			"the provider's answer could not be recorded; retry with the same Idempotency-Key")
-	}
-	chargeID := charge.ID
 	if err := sleepCtx(ctx, s.bookLatency); err != nil {
 		return problem(http.StatusServiceUnavailable, "interrupted", "Interrupted",
 			"the payment was interrupted before booking; retry with the same Idempotency-Key")
@@ -143,11 +128,54 @@ func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (
 	}
 	s.log.InfoContext(ctx, "payment booked", "user", user, "payment", p.ID, "amount", p.Amount,
 		"currency", p.Currency, "charge", p.ProviderChargeID)
-	out, err := json.Marshal(p)
+	out, err = json.Marshal(p)
 	if err != nil {
 		return problem(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
 	}
 	return http.StatusCreated, out
+}
+
+// charge calls the provider with the relayed key. By default the call is a
+// recovery point: once the provider has answered, its charge id is stored
+// (fenced, durably) before the handler goes on, and an instance that takes
+// the key over after a crash books that charge instead of calling the
+// provider again. The relayed key remains the second wall for a crash
+// between the answer and the store. With noStep it is a plain call. A
+// non-zero status is the response to send instead of booking.
+func (s *Service) charge(ctx context.Context, user, relay string, c Charge) (string, int, []byte) {
+	if s.noStep {
+		id, err := s.provider.Charge(ctx, relay, c)
+		if err != nil {
+			st, out := s.providerFailed(ctx, user, err)
+			return "", st, out
+		}
+		return id, 0, nil
+	}
+	var providerErr error
+	charge, err := core.StepJSON(ctx, chargeStep, func(ctx context.Context) (providerCharge, error) {
+		id, err := s.provider.Charge(ctx, relay, c)
+		providerErr = err
+		return providerCharge{ID: id}, err
+	})
+	if providerErr != nil {
+		st, out := s.providerFailed(ctx, user, providerErr)
+		return "", st, out
+	}
+	if err != nil {
+		// Charged (perhaps) but not recorded: a retry resumes or, at
+		// worst, calls the provider again with the same relayed key.
+		s.log.ErrorContext(ctx, "charge step failed", "user", user, "err", err)
+		st, out := problem(http.StatusServiceUnavailable, "charge-not-recorded", "Charge not recorded",
+			"the provider's answer could not be recorded; retry with the same Idempotency-Key")
+		return "", st, out
+	}
+	return charge.ID, 0, nil
+}
+
+func (s *Service) providerFailed(ctx context.Context, user string, err error) (int, []byte) {
+	s.log.WarnContext(ctx, "provider charge failed", "user", user, "err", err)
+	return problem(http.StatusBadGateway, "provider-failed", "Payment provider failed",
+		"the payment provider did not confirm the charge; retry with the same Idempotency-Key")
 }
 
 // sleepCtx waits d, or until ctx is done (its cause is returned).
