@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // TestHTTPProviderReusesConnections: concurrent charges reuse the client's
@@ -61,7 +62,7 @@ type stepCounter struct {
 	saved atomic.Int64
 }
 
-func (s *stepCounter) SaveStep(ctx context.Context, f core.Fence, name string, result []byte) error {
+func (s *stepCounter) SaveStep(ctx context.Context, f storekit.Fence, name string, result []byte) error {
 	s.saved.Add(1)
 	return s.ledgerStore.SaveStep(ctx, f, name, result)
 }
