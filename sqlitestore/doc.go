@@ -1,0 +1,2 @@
+// Package sqlitestore is a core.Store on SQLite.
+package sqlitestore
