@@ -70,6 +70,10 @@ func readClaim(ctx context.Context, st *sql.Stmt, req *core.ClaimRequest) (core.
 // claimWrite is the claim's write transaction. changed reports a commit
 // that changed the record (a claim, or a completion by commit mark).
 func (s *Store) claimWrite(ctx context.Context, req *core.ClaimRequest) (res core.ClaimResult, changed bool, err error) {
+	if err := s.wr.lock(ctx); err != nil {
+		return res, false, err
+	}
+	defer s.wr.unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return res, false, err

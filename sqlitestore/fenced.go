@@ -17,6 +17,10 @@ func (s *Store) fenced(ctx context.Context, query string, args ...any) (bool, er
 	if err != nil {
 		return false, err
 	}
+	if err := s.wr.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.wr.unlock()
 	res, err := st.ExecContext(ctx, args...)
 	if err != nil {
 		return false, err

@@ -26,6 +26,10 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, wrap(ctx, "sweep", err)
 	}
+	if err := s.wr.lock(ctx); err != nil {
+		return 0, wrap(ctx, "sweep", err)
+	}
+	defer s.wr.unlock()
 	res, err := s.db.ExecContext(ctx, s.sql.sweep, micros(s.cfg.margin), batch)
 	if err != nil {
 		return 0, wrap(ctx, "sweep", err)

@@ -47,6 +47,8 @@ type Store struct {
 	txs  map[core.Fence]*txState
 
 	watch watchers
+	// wr serialises the store's own writes in this process (writer.go).
+	wr writer
 }
 
 var _ core.Store = (*Store)(nil)
@@ -65,7 +67,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		db: db, txDB: db, cfg: cfg, names: cfg.names(), sql: buildStatements(cfg),
-		stmts: map[string]*sql.Stmt{}, txs: map[core.Fence]*txState{},
+		stmts: map[string]*sql.Stmt{}, txs: map[core.Fence]*txState{}, wr: newWriter(),
 	}
 	s.watch.init(s)
 	if cfg.txDB != nil {

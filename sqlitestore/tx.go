@@ -95,19 +95,9 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, wrap(ctx, "tx: begin", err)
 		}
-		// It must last until Complete or Fail, whatever the request does.
-		tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.txOpts)
+		tx, marked, err := s.beginLeaseTx(ctx, lease.Fence().Token)
 		if err != nil {
-			return nil, wrap(ctx, "tx: begin", err)
-		}
-		marked := s.cfg.txOpts == nil || !s.cfg.txOpts.ReadOnly
-		if marked {
-			// A write as the first statement: the write lock is taken
-			// now, under busy_timeout, before the transaction reads.
-			if _, err := tx.ExecContext(ctx, s.sql.markIns, lease.Fence().Token); err != nil {
-				_ = tx.Rollback()
-				return nil, wrap(ctx, "tx: begin: commit mark", err)
-			}
+			return nil, err
 		}
 		st.tx, st.marked = tx, marked
 		s.txMu.Lock()
@@ -115,6 +105,34 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 		s.txMu.Unlock()
 	}
 	return st.tx, nil
+}
+
+// beginLeaseTx begins the lease transaction and, unless it is read-only,
+// inserts the commit mark as its first statement: a write, so SQLite's
+// write lock is taken now (queued behind this Store's other writers, then
+// under busy_timeout), before the transaction reads anything. The store's
+// writer slot is released once the lock is held: the transaction keeps the
+// lock, and other writers wait for it in SQLite (see Tx).
+func (s *Store) beginLeaseTx(ctx context.Context, token int64) (*sql.Tx, bool, error) {
+	marked := s.cfg.txOpts == nil || !s.cfg.txOpts.ReadOnly
+	if marked {
+		if err := s.wr.lock(ctx); err != nil {
+			return nil, false, wrap(ctx, "tx: begin", err)
+		}
+		defer s.wr.unlock()
+	}
+	// It must last until Complete or Fail, whatever the request does.
+	tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.txOpts)
+	if err != nil {
+		return nil, false, wrap(ctx, "tx: begin", err)
+	}
+	if marked {
+		if _, err := tx.ExecContext(ctx, s.sql.markIns, token); err != nil {
+			_ = tx.Rollback()
+			return nil, false, wrap(ctx, "tx: begin: commit mark", err)
+		}
+	}
+	return tx, marked, nil
 }
 
 func storeOf(lease *core.Lease) *Store {
