@@ -165,7 +165,9 @@ func (s *Store) heartbeatInTx(ctx context.Context, f core.Fence, args []any) (ok
 	if st.tx == nil || !st.marked {
 		return false, false, nil
 	}
-	res, err := st.tx.ExecContext(ctx, s.sql.heartbeat, args...)
+	// Not interruptible: an interrupted write inside the transaction would
+	// make SQLite roll the handler's writes back.
+	res, err := st.tx.ExecContext(context.WithoutCancel(ctx), s.sql.heartbeat, args...)
 	if errors.Is(err, sql.ErrTxDone) {
 		return false, false, nil
 	}
@@ -214,14 +216,32 @@ func (s *Store) abandonTx(ctx context.Context, f core.Fence) (handlerEnded bool)
 // completeInTx deletes the commit mark, runs the fenced complete inside the
 // handler's transaction and commits it; on any failure it rolls back and
 // releases the key (the handler's writes rolled back with it).
+//
+// SQLite ends a transaction on its own when one of its write statements is
+// interrupted (modernc.org/sqlite interrupts a statement whose context is
+// cancelled: a client that hangs up during the handler's INSERT) or when
+// the handler sends ROLLBACK as SQL; database/sql does not know, and every
+// later statement on the *sql.Tx would autocommit. So the mark's DELETE
+// must find the mark: if it does not, the handler's writes rolled back and
+// the response is refused (ErrTxRolledBack) before anything else runs.
+// The store's own statements here run without ctx's cancellation, so that
+// an interrupt cannot split them.
 func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f core.Fence, args []any) error {
+	sctx := context.WithoutCancel(ctx)
 	var err error
 	if marked {
-		_, err = tx.ExecContext(ctx, s.sql.markDel, f.Token)
+		var del sql.Result
+		if del, err = tx.ExecContext(sctx, s.sql.markDel, f.Token); err == nil {
+			if n, _ := del.RowsAffected(); n != 1 {
+				_ = tx.Rollback()
+				s.releaseAfterTxFailure(ctx, f)
+				return fmt.Errorf("sqlitestore: complete: the lease transaction was rolled back by SQLite (an interrupted statement, or ROLLBACK sent as SQL): %w", ErrTxRolledBack)
+			}
+		}
 	}
 	var res sql.Result
 	if err == nil {
-		res, err = tx.ExecContext(ctx, s.sql.complete, args...)
+		res, err = tx.ExecContext(sctx, s.sql.complete, args...)
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return s.completeAfterHandlerEnded(ctx, marked, f, args)

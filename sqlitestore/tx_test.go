@@ -243,3 +243,30 @@ func TestTxStaleOwnerRollsBack(t *testing.T) {
 		t.Fatalf("token %d, want the new owner's %d", r.Token, second.Record.Token)
 	}
 }
+
+// TestTxEndedBySQLite: SQLite rolled the lease transaction back behind
+// database/sql's back (here the handler sends ROLLBACK as SQL; a statement
+// interrupted by its cancelled context does the same). Complete must
+// refuse the response and release the key: the old code ran the complete
+// UPDATE in autocommit and stored a 201 for writes that never landed.
+func TestTxEndedBySQLite(t *testing.T) {
+	db, _ := newDB(t)
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	hctx, f := handlerCtx(t, s, claimReq("a", time.Minute))
+	if err := book(hctx, "a", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	tx, _ := Tx(hctx)
+	if _, err := tx.ExecContext(hctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Complete(hctx, f, core.StoredResponse{Status: 201})
+	if !errors.Is(err, core.ErrNotCommitted) {
+		t.Fatalf("Complete after SQLite ended the transaction: %v, want ErrNotCommitted", err)
+	}
+	if n := ledgerRows(t, db, "a"); n != 0 {
+		t.Fatalf("%d ledger rows, want 0", n)
+	}
+	requireStatus(t, s, "a", core.StatusFailed)
+}
