@@ -42,7 +42,22 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
 		return res, nil
 	}
+	if err := s.wr.lock(ctx); err != nil {
+		return core.ClaimResult{}, wrap(ctx, op, err)
+	}
+	// Read again in the writer slot: concurrent duplicates of a new key
+	// all miss the first read and queue here; all but the first find the
+	// record now and leave with one read instead of a write transaction
+	// each (which kept the owner's Complete queued behind them).
+	if res, found, err = readClaim(ctx, st, &req); err != nil || (found && !claimrule.Claimable(&res.Record, res.Now, &req)) {
+		s.wr.unlock()
+		if err != nil {
+			return core.ClaimResult{}, wrap(ctx, op, err)
+		}
+		return res, nil
+	}
 	res, changed, err := s.claimWrite(ctx, &req)
+	s.wr.unlock()
 	if err != nil {
 		return core.ClaimResult{}, wrap(ctx, op, err)
 	}
@@ -69,11 +84,8 @@ func readClaim(ctx context.Context, st *sql.Stmt, req *core.ClaimRequest) (core.
 
 // claimWrite is the claim's write transaction. changed reports a commit
 // that changed the record (a claim, or a completion by commit mark).
+// The caller holds the writer slot.
 func (s *Store) claimWrite(ctx context.Context, req *core.ClaimRequest) (res core.ClaimResult, changed bool, err error) {
-	if err := s.wr.lock(ctx); err != nil {
-		return res, false, err
-	}
-	defer s.wr.unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return res, false, err
