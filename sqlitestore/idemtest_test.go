@@ -1,17 +1,15 @@
 package sqlitestore_test
 
 import (
-	"context"
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/nethttpidem"
-	"github.com/idemkit/idem/sqlitestore"
+	"github.com/idemkit/idem/sqlitestore/sqlitestoretest"
 )
 
 // nethttpAdapter serves idemtest routes through nethttpidem, as
@@ -62,29 +60,9 @@ var nethttpAdapter = idemtest.Adapter{
 	},
 }
 
-// testStore is a migrated store on a fresh file in tb's temporary
-// directory (exported kits for other modules' tests: see the README).
-func testStore(tb testing.TB) *sqlitestore.Store {
-	tb.Helper()
-	db, err := sqlitestore.OpenDB(context.Background(), filepath.Join(tb.TempDir(), "idem.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = db.Close() })
-	if err := sqlitestore.Migrate(context.Background(), db); err != nil {
-		tb.Fatal(err)
-	}
-	s, err := sqlitestore.New(db)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(s.Close)
-	return s
-}
-
 // TestIdemtestNetHTTP runs the adapter suite on sqlitestore; scenarios
 // use unique keys and tenants, so they share one store.
 func TestIdemtestNetHTTP(t *testing.T) {
-	store := testStore(t)
+	store := sqlitestoretest.Store(t)
 	idemtest.Run(t, nethttpAdapter, func(*testing.T) core.Store { return store })
 }
