@@ -42,19 +42,30 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.ClaimRes
 	if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
 		return res, nil
 	}
-	if err := s.wr.lock(ctx); err != nil {
-		return core.ClaimResult{}, wrap(ctx, op, err)
-	}
-	// Read again in the writer slot: concurrent duplicates of a new key
-	// all miss the first read and queue here; all but the first find the
-	// record now and leave with one read instead of a write transaction
-	// each (which kept the owner's Complete queued behind them).
-	if res, found, err = readClaim(ctx, st, &req); err != nil || (found && !claimrule.Claimable(&res.Record, res.Now, &req)) {
-		s.wr.unlock()
-		if err != nil {
+	// Concurrent duplicates of a new key all miss the first read. One of
+	// them per key goes on to write; the others wait for it, then read
+	// again (reads run side by side), instead of queueing for the writer
+	// slot one by one, where the owner's Complete waited behind them.
+	for {
+		other, release := s.claiming(req.Scope, req.Key)
+		if release != nil {
+			defer release()
+			break
+		}
+		select {
+		case <-other:
+		case <-ctx.Done():
+			return core.ClaimResult{}, wrap(ctx, op, ctx.Err())
+		}
+		if res, found, err = readClaim(ctx, st, &req); err != nil {
 			return core.ClaimResult{}, wrap(ctx, op, err)
 		}
-		return res, nil
+		if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
+			return res, nil
+		}
+	}
+	if err := s.wr.lock(ctx); err != nil {
+		return core.ClaimResult{}, wrap(ctx, op, err)
 	}
 	res, changed, err := s.claimWrite(ctx, &req)
 	s.wr.unlock()
@@ -183,4 +194,24 @@ func (s *Store) completeByMark(ctx context.Context, tx *sql.Tx, req *core.ClaimR
 	rec.Status = core.StatusCompleted
 	rec.Response = &core.StoredResponse{Status: 500, Body: []byte{}, NotRetained: true}
 	return true, nil
+}
+
+// claiming registers the caller as the goroutine of this Store claiming
+// (scope, key) on the write path (release non-nil: call it when done), or
+// returns a channel that closes when the claim already in progress returns.
+func (s *Store) claiming(scope, key string) (other <-chan struct{}, release func()) {
+	k := watchKey{scope, key}
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if ch, ok := s.claims[k]; ok {
+		return ch, nil
+	}
+	ch := make(chan struct{})
+	s.claims[k] = ch
+	return nil, func() {
+		s.cmu.Lock()
+		delete(s.claims, k)
+		s.cmu.Unlock()
+		close(ch)
+	}
 }

@@ -15,6 +15,10 @@ import (
 // connection waits for SQLite's write lock before failing with SQLITE_BUSY.
 const DefaultBusyTimeoutMS = 10_000
 
+// DefaultMaxIdleConns is the idle pool OpenDB keeps (database/sql's
+// default is 2).
+const DefaultMaxIdleConns = 32
+
 // OpenDB opens the SQLite database file at path (created if missing)
 // through modernc.org/sqlite, a pure-Go driver, with the settings the store
 // needs on every connection:
@@ -28,7 +32,7 @@ const DefaultBusyTimeoutMS = 10_000
 //   - foreign_keys(1), and _txlock=immediate: transactions begun through
 //     database/sql take the write lock at BEGIN.
 //
-// path is a file name, not a URI, and must not be ":memory:" (each
+// It keeps up to DefaultMaxIdleConns idle connections. path is a file name, not a URI, and must not be ":memory:" (each
 // connection would get its own database). It pings the database once.
 func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
@@ -45,6 +49,12 @@ func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
+	// database/sql keeps 2 idle connections by default: a burst of
+	// concurrent reads (duplicates, waiters' polls) would then open and
+	// close connections over and over, each open parsing the schema and
+	// running the pragmas, and the queue behind them reached the engine's
+	// 5s commit timeout under -race (idemtest concurrent_100_wait_all_201).
+	db.SetMaxIdleConns(DefaultMaxIdleConns)
 	if err := db.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlitestore: open: %w", err), db.Close())
 	}

@@ -49,6 +49,10 @@ type Store struct {
 	watch watchers
 	// wr serialises the store's own writes in this process (writer.go).
 	wr writer
+	// claims: the keys a goroutine of this Store is claiming on the write
+	// path (claim.go, claiming).
+	cmu    sync.Mutex
+	claims map[watchKey]chan struct{}
 }
 
 var _ core.Store = (*Store)(nil)
@@ -68,6 +72,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s := &Store{
 		db: db, txDB: db, cfg: cfg, names: cfg.names(), sql: buildStatements(cfg),
 		stmts: map[string]*sql.Stmt{}, txs: map[core.Fence]*txState{}, wr: newWriter(),
+		claims: map[watchKey]chan struct{}{},
 	}
 	s.watch.init(s)
 	if cfg.txDB != nil {
