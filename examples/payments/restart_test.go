@@ -40,3 +40,27 @@ func TestRestartReplays(t *testing.T) {
 		t.Errorf("ledger holds %d payments after the restart, want 1", len(ps))
 	}
 }
+
+// TestSQLiteDSN: which -dsn values select the SQLite file, and which.
+func TestSQLiteDSN(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"":                defaultSQLitePath(),
+		"sqlite:///tmp/x": "/tmp/x",
+		"sqlite://rel.db": "rel.db",
+		"mem:":            "",
+		"postgres://h/db": "",
+		"mysql://u@h/db":  "",
+		"sqlite-ish://x":  "",
+	} {
+		got, ok := sqlitePath(dsn)
+		if ok != (want != "") || got != want {
+			t.Errorf("sqlitePath(%q) = %q, %v; want %q", dsn, got, ok, want)
+		}
+	}
+	if filepath.Base(defaultSQLitePath()) != "payments.db" || filepath.Base(filepath.Dir(defaultSQLitePath())) != "idem" {
+		t.Errorf("default path %q, want .../idem/payments.db", defaultSQLitePath())
+	}
+	if _, _, _, err := openSQLite(t.Context(), ""); err == nil {
+		t.Error("-dsn sqlite:// with no path accepted")
+	}
+}
