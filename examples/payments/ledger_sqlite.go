@@ -49,8 +49,10 @@ func sqlitePath(dsn string) (path string, ok bool) {
 	if dsn == "" {
 		return defaultSQLitePath(), true
 	}
-	p, ok := strings.CutPrefix(dsn, sqliteScheme)
-	return p, ok
+	if p, ok := strings.CutPrefix(dsn, sqliteScheme); ok {
+		return p, true
+	}
+	return "", false
 }
 
 // openSQLite opens (creating it and its directory if needed) the SQLite
