@@ -21,7 +21,7 @@ type sqliteLedger struct {
 }
 
 const (
-	// memDSN keeps today's in-memory store and ledger (memstore): tests,
+	// memDSN selects the in-memory store and ledger (memstore): tests,
 	// and anything that starts several instances side by side.
 	memDSN = "mem:"
 	// sqliteScheme selects sqlitestore on the file that follows.
