@@ -40,8 +40,8 @@ func (s *Store) Heartbeat(ctx context.Context, f core.Fence, extend time.Duratio
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
 	}
-	if extend < time.Millisecond {
-		return fmt.Errorf("sqlitestore: heartbeat: extension %v must be at least 1ms", extend)
+	if extend < time.Microsecond {
+		return fmt.Errorf("sqlitestore: heartbeat: extension %v must be at least 1µs", extend)
 	}
 	args := []any{micros(extend), b(f.Scope), b(f.Key), f.Token}
 	ok, inTx, err := s.heartbeatInTx(ctx, f, args)

@@ -181,11 +181,12 @@ func checkLen(what string, v string, limit int) error {
 }
 
 func validClaim(req *core.ClaimRequest) error {
-	if req.Lease < time.Millisecond {
-		return fmt.Errorf("lease %v must be at least 1ms (SQLite's clock resolution)", req.Lease)
+	// Instants are kept in µs (the clock itself ticks in ms).
+	if req.Lease < time.Microsecond {
+		return fmt.Errorf("lease %v must be at least 1µs", req.Lease)
 	}
-	if req.Retention < time.Millisecond {
-		return fmt.Errorf("retention %v must be at least 1ms (SQLite's clock resolution)", req.Retention)
+	if req.Retention < time.Microsecond {
+		return fmt.Errorf("retention %v must be at least 1µs", req.Retention)
 	}
 	return errors.Join(
 		checkLen("scope", req.Scope, maxScope),

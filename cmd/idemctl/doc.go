@@ -11,7 +11,8 @@
 //
 // Every command takes -dsn (default $DATABASE_URL: a PostgreSQL URL or
 // key=value string; pgstore), or -mysql (a go-sql-driver DSN
-// user:pass@tcp(host:port)/db; mysqlstore), -schema (PostgreSQL) and
+// user:pass@tcp(host:port)/db; mysqlstore), or -sqlite (the path of an
+// existing database file; sqlitestore), -schema (PostgreSQL) and
 // -table (WithSchema/WithTable; pgstore's retention mode is read from its
 // migrations table), and -json for scripts. Flags may come before or after the key.
 //

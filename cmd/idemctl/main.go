@@ -43,13 +43,15 @@ commands:
   maintain  all retention work of the store's mode
   stats     counts by status and age
 
-common flags: -dsn URL (PostgreSQL, default $DATABASE_URL) or -mysql DSN (MySQL/MariaDB),
+common flags: -dsn URL (PostgreSQL, default $DATABASE_URL), -mysql DSN (MySQL/MariaDB) or
+              -sqlite PATH (SQLite),
               -schema (PostgreSQL), -table, -json, -timeout
 run "idemctl COMMAND -h" for a command's flags`
 
 // common are the flags every command takes.
 type common struct {
 	dsn, mysql, schema string
+	sqlite             string
 	table              string
 	json               bool
 	timeout            time.Duration
@@ -59,6 +61,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.dsn, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL URL or key=value DSN (default $DATABASE_URL)")
 	fs.StringVar(&c.mysql, "mysql", "", "MySQL/MariaDB (mysqlstore): go-sql-driver DSN user:pass@tcp(host:port)/db, instead of -dsn")
+	fs.StringVar(&c.sqlite, "sqlite", "", "SQLite (sqlitestore): path of an existing database file, instead of -dsn")
 	fs.StringVar(&c.schema, "schema", "public", "schema of the store's tables (pgstore.WithSchema)")
 	fs.StringVar(&c.table, "table", "idem_records", "records table (pgstore.WithTable)")
 	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
@@ -188,8 +191,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		c.secret = key
 	}
-	if com.dsn == "" && com.mysql == "" {
-		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL) or -mysql\n", cmd)
+	if com.dsn == "" && com.mysql == "" && com.sqlite == "" {
+		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL), -mysql or -sqlite\n", cmd)
 		return exitUsage
 	}
 	if (cmd == "stuck" && limit < 1) || (cmd == "sweep" && batch < 1) {
