@@ -125,11 +125,10 @@ func TestTxOwnWritesDoNotDeadlock(t *testing.T) {
 	if err := s.Complete(hctx, f, core.StoredResponse{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
-	r := requireStatus(t, s, "a", core.StatusCompleted)
+	requireStatus(t, s, "a", core.StatusCompleted)
 	if n := ledgerRows(t, db, "a"); n != 1 {
 		t.Fatalf("%d ledger rows, want 1", n)
 	}
-	_ = r
 }
 
 // TestTxHandlerRollsBack: a handler that rolls back the transaction itself
