@@ -15,6 +15,7 @@ FUZZTIME    ?= 60s
 test: services pgbouncer consumer
 	$(GO) vet $(PKGS)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
+	cd sqlitestore && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## model: tests/model at length: many more randomized concurrent histories per store (memstore,
 ## pgstore plain and transactional, mysqlstore, with connection kills) checked for linearizability
@@ -106,7 +107,7 @@ chaos:
 crash:
 	IDEM_CRASH_ROUNDS=15 $(GO) test -count=1 -timeout 20m -run '^TestCrashPostgres$$' -v ./examples/payments
 
-## demo: the payments example on 127.0.0.1:8080 (memstore, no setup)
+## demo: the payments example on 127.0.0.1:8080 (keys and ledger in a SQLite file, no setup)
 demo:
 	$(GO) run ./examples/payments
 

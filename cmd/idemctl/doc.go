@@ -15,7 +15,8 @@
 // PostgreSQL URL or key=value string selects pgstore, a
 // mysql://user:pass@host:port/db URL mysqlstore (the form
 // examples/payments takes); -mysql takes a go-sql-driver DSN
-// (user:pass@tcp(host:port)/db) instead. Also -schema (PostgreSQL) and
+// (user:pass@tcp(host:port)/db) instead, and -sqlite the path of an
+// existing SQLite database file (sqlitestore). Also -schema (PostgreSQL) and
 // -table (WithSchema/WithTable; pgstore's retention mode is read from its
 // migrations table), and -json for scripts. Flags may come before or after
 // the key.

@@ -48,7 +48,8 @@ commands:
   version   the version idemctl was built from
 
 the database: -dsn URL, default $DATABASE_URL: postgres://... or a key=value string (pgstore),
-              mysql://user:pass@host:port/db (mysqlstore); or -mysql user:pass@tcp(host:port)/db
+              mysql://user:pass@host:port/db (mysqlstore); or -mysql user:pass@tcp(host:port)/db;
+              or -sqlite PATH (sqlitestore, an existing database file)
 common flags: -schema (PostgreSQL), -table, -json, -timeout
 run "idemctl COMMAND -h" for a command's flags
 
@@ -75,6 +76,7 @@ examples:
 // common are the flags every command takes.
 type common struct {
 	dsn, mysql, schema string
+	sqlite             string
 	table              string
 	json               bool
 	timeout            time.Duration
@@ -84,6 +86,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.dsn, "dsn", os.Getenv("DATABASE_URL"), "postgres://... or key=value DSN (pgstore), or mysql://user:pass@host:port/db (mysqlstore); default $DATABASE_URL")
 	fs.StringVar(&c.mysql, "mysql", "", "MySQL/MariaDB (mysqlstore): go-sql-driver DSN user:pass@tcp(host:port)/db, instead of -dsn")
+	fs.StringVar(&c.sqlite, "sqlite", "", "SQLite (sqlitestore): path of an existing database file, instead of -dsn")
 	fs.StringVar(&c.schema, "schema", "public", "schema of the store's tables (pgstore.WithSchema)")
 	fs.StringVar(&c.table, "table", "idem_records", "records table (pgstore.WithTable)")
 	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
@@ -220,8 +223,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		c.secret = key
 	}
-	if com.dsn == "" && com.mysql == "" {
-		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL: postgres://... or mysql://...) or -mysql\n", cmd)
+	if com.dsn == "" && com.mysql == "" && com.sqlite == "" {
+		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL: postgres://... or mysql://...), -mysql or -sqlite\n", cmd)
 		return exitUsage
 	}
 	if (cmd == "stuck" && limit < 1) || (cmd == "sweep" && batch < 1) {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
+	"github.com/idemkit/idem/sqlitestore/sqlitestoretest"
 )
 
 // The tests run idemctl (in process, through run) against the real
@@ -92,6 +93,14 @@ func backends(t *testing.T, fn func(t *testing.T, c ctl, st core.Store)) {
 			t.Fatal(err)
 		}
 		fn(t, ctl{t: t, db: []string{"-mysql", cfg.FormatDSN()}}, st)
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		st := sqlitestoretest.Store(t)
+		var path string
+		if err := st.DB().QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&path); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, ctl{t: t, db: []string{"-sqlite", path}}, st)
 	})
 }
 

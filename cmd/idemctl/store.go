@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -13,12 +14,16 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/sqlitestore"
 )
 
 // openStore connects to the store the DSN names and returns its operator
 // interface. The retention mode is read from the store's migrations, so
 // the tool needs no flag for it.
 func openStore(ctx context.Context, c common) (storekit.Admin, func(), error) {
+	if c.sqlite != "" {
+		return openSQLite(ctx, c)
+	}
 	if c.mysql != "" {
 		cfg, err := mysql.ParseDSN(c.mysql)
 		if err != nil {
@@ -79,4 +84,22 @@ func openMySQL(cfg *mysql.Config, c common) (storekit.Admin, func(), error) {
 		return nil, nil, err
 	}
 	return st, func() { _ = db.Close() }, nil
+}
+
+// openSQLite opens sqlitestore on an existing file (OpenDB would create a
+// missing one: a typo must not look like an empty store).
+func openSQLite(ctx context.Context, c common) (storekit.Admin, func(), error) {
+	if _, err := os.Stat(c.sqlite); err != nil {
+		return nil, nil, fmt.Errorf("-sqlite: %w", err)
+	}
+	db, err := sqlitestore.OpenDB(ctx, c.sqlite)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := sqlitestore.New(db, sqlitestore.WithTable(c.table), sqlitestore.WithRetentionMargin(c.margin))
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); _ = db.Close() }, nil
 }

@@ -57,7 +57,12 @@ func TestE2E(t *testing.T) {
 			t.Parallel()
 			t.Run("memstore", func(t *testing.T) {
 				t.Parallel()
-				base := startServer(t, bin, nil, "-framework", fw, "-provider-latency", "500ms")
+				base := startServer(t, bin, nil, "-framework", fw, "-provider-latency", "500ms", "-dsn", memDSN)
+				checkContract(t, base)
+			})
+			t.Run("sqlitestore", func(t *testing.T) {
+				t.Parallel()
+				base := startServer(t, bin, nil, "-framework", fw, "-provider-latency", "500ms", "-dsn", testSQLiteDSN(t))
 				checkContract(t, base)
 			})
 			t.Run("pgstore", func(t *testing.T) {
@@ -72,7 +77,7 @@ func TestE2E(t *testing.T) {
 			})
 			t.Run("external provider", func(t *testing.T) {
 				t.Parallel()
-				checkExternalProvider(t, bin, fw, "")
+				checkExternalProvider(t, bin, fw, memDSN)
 			})
 			t.Run("external provider pgstore", func(t *testing.T) {
 				t.Parallel()
@@ -97,32 +102,43 @@ func TestE2E(t *testing.T) {
 		checkMetrics(t, bin, "nethttp")
 		checkMetrics(t, bin, "fiber")
 	})
-	t.Run("wait mode", func(t *testing.T) {
-		t.Parallel()
-		base := startServer(t, bin, nil, "-provider-latency", "500ms", "-wait", "5s")
-		user, key := "u-"+randomID(), "k-"+randomID()
-		results := burst(t, base, user, key, paymentBody(700), 6)
-		var fresh, replayed int
-		for _, r := range results {
-			switch {
-			case r.status == http.StatusCreated && r.replayed:
-				replayed++
-			case r.status == http.StatusCreated:
-				fresh++
-			default:
-				t.Errorf("with -wait, got %d %s; want every duplicate to wait for the 201", r.status, r.body)
+	for _, dsn := range []string{memDSN, sqliteScheme} {
+		t.Run("wait mode "+dsn, func(t *testing.T) {
+			t.Parallel()
+			if dsn == sqliteScheme {
+				dsn = testSQLiteDSN(t)
 			}
-			if !bytes.Equal(r.body, results[0].body) {
-				t.Errorf("bodies differ: %s vs %s", r.body, results[0].body)
-			}
+			checkWaitMode(t, bin, dsn)
+		})
+	}
+}
+
+// checkWaitMode sends concurrent duplicates with -wait: one executes,
+// every other one waits for it and replays its 201.
+func checkWaitMode(t *testing.T, bin, dsn string) {
+	base := startServer(t, bin, nil, "-provider-latency", "500ms", "-wait", "5s", "-dsn", dsn)
+	user, key := "u-"+randomID(), "k-"+randomID()
+	results := burst(t, base, user, key, paymentBody(700), 6)
+	var fresh, replayed int
+	for _, r := range results {
+		switch {
+		case r.status == http.StatusCreated && r.replayed:
+			replayed++
+		case r.status == http.StatusCreated:
+			fresh++
+		default:
+			t.Errorf("with -wait, got %d %s; want every duplicate to wait for the 201", r.status, r.body)
 		}
-		if fresh != 1 || replayed != len(results)-1 {
-			t.Errorf("%d fresh and %d replayed 201s, want 1 and %d", fresh, replayed, len(results)-1)
+		if !bytes.Equal(r.body, results[0].body) {
+			t.Errorf("bodies differ: %s vs %s", r.body, results[0].body)
 		}
-		if ps := listPayments(t, base, user); len(ps) != 1 {
-			t.Errorf("ledger holds %d payments, want 1", len(ps))
-		}
-	})
+	}
+	if fresh != 1 || replayed != len(results)-1 {
+		t.Errorf("%d fresh and %d replayed 201s, want 1 and %d", fresh, replayed, len(results)-1)
+	}
+	if ps := listPayments(t, base, user); len(ps) != 1 {
+		t.Errorf("ledger holds %d payments, want 1", len(ps))
+	}
 }
 
 func TestFlags(t *testing.T) {
@@ -192,6 +208,13 @@ func buildBinary(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// testSQLiteDSN returns sqlite://PATH for a fresh file in the test's
+// temporary directory.
+func testSQLiteDSN(t *testing.T) string {
+	t.Helper()
+	return sqliteScheme + filepath.Join(t.TempDir(), "payments.db")
 }
 
 // testDSN returns a DSN for the test database whose search_path is a fresh
@@ -660,10 +683,7 @@ func checkExternalProvider(t *testing.T, bin, fw, dsn string) {
 	fp := &fakeProvider{charges: map[string]int{}, ids: map[string]string{}}
 	prov := httptest.NewServer(fp)
 	t.Cleanup(prov.Close)
-	args := []string{"-framework", fw, "-provider-url", prov.URL}
-	if dsn != "" {
-		args = append(args, "-dsn", dsn)
-	}
+	args := []string{"-framework", fw, "-provider-url", prov.URL, "-dsn", dsn}
 	base := startServer(t, bin, nil, args...)
 	ep := base + "/v1/payments"
 	user, key := "u-"+randomID(), "k-"+randomID()
@@ -731,7 +751,7 @@ func randomID() string {
 // the 409s are retried after Retry-After (the remaining lease, 1s here)
 // until every caller holds the one 201.
 func checkRetryingClient(t *testing.T, bin string) {
-	base := startServer(t, bin, nil, "-provider-latency", "500ms", "-lease", "1s")
+	base := startServer(t, bin, nil, "-provider-latency", "500ms", "-lease", "1s", "-dsn", memDSN)
 	client := &http.Client{Transport: nethttpidem.NewTransport(nethttpidem.WithMaxDelay(2 * time.Second))}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -789,7 +809,7 @@ func checkRetryingClientProviderFailure(t *testing.T, bin string) {
 	fp := &fakeProvider{charges: map[string]int{}, ids: map[string]string{}}
 	prov := httptest.NewServer(fp)
 	t.Cleanup(prov.Close)
-	base := startServer(t, bin, nil, "-provider-url", prov.URL)
+	base := startServer(t, bin, nil, "-provider-url", prov.URL, "-dsn", memDSN)
 	client := &http.Client{Transport: nethttpidem.NewTransport()}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -842,7 +862,7 @@ func TestShutdownWithSilentConnection(t *testing.T) {
 					_ = silent.Close()
 				}
 			})
-			base := startServer(t, bin, nil, "-framework", fw)
+			base := startServer(t, bin, nil, "-framework", fw, "-dsn", memDSN)
 			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 			if err != nil {
 				t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// memLedger is the in-memory ledger of the embedded default: a
+// memLedger is the in-memory ledger of -dsn mem: (memstore): a
 // mutex-protected slice.
 //
 // Its writes follow the idem record, like pgstore's transactional mode does
@@ -26,7 +26,8 @@ import (
 // atomic fact. For an instant after a commit, a replay can be served while
 // GET /v1/payments does not show the row yet. Both live in this process's
 // memory, so a crash loses them together; there is no half-written state to
-// recover. Use -dsn for the real thing.
+// recover. The default (a SQLite file) and the other -dsn stores keep the
+// row and the record in one transaction.
 type memLedger struct {
 	mu   sync.Mutex
 	rows []ledgerRow

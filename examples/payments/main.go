@@ -1,6 +1,8 @@
 // Command payments is a payments API protected by idem, served through any
 // of idem's adapters. With no flags it runs self-contained on 127.0.0.1:8080
-// (memstore, an in-memory ledger and a simulated payment provider):
+// (sqlitestore and the ledger in one SQLite file, idem/payments.db under
+// the user's cache directory, printed at start-up, so keys survive a
+// restart; and a simulated payment provider):
 //
 //	go run ./examples/payments
 //
@@ -12,7 +14,15 @@
 //	-addr 127.0.0.1:8080        listen address (port 0: any free port; the
 //	                            "listening" log line tells which)
 //	-framework nethttp          nethttp | gin | echo | fiber
-//	-dsn URL                    PostgreSQL (default: $DATABASE_URL): pgstore in
+//	-dsn URL                    default $DATABASE_URL; empty: the SQLite default
+//	                            above. sqlite://PATH: sqlitestore in
+//	                            transactional mode on that file, the ledger
+//	                            table in it, both migrated at start (one host;
+//	                            several processes may share the file, not over
+//	                            a network file system). mem: memstore and an
+//	                            in-memory ledger, forgotten at exit (tests,
+//	                            several instances side by side).
+//	                            postgres://...: pgstore in
 //	                            transactional mode, the ledger table in the same
 //	                            database, both migrated at start; a search_path
 //	                            in the DSN selects the schema (default public).
@@ -187,7 +197,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&cfg.framework, "framework", "nethttp", "HTTP framework: "+strings.Join(frameworkNames(), " | "))
-	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("DATABASE_URL"), "postgres://... (pgstore) or mysql://user:pass@host:port/db (mysqlstore); default $DATABASE_URL; empty: in-memory store and ledger")
+	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("DATABASE_URL"), "sqlite://PATH (sqlitestore), mem: (in-memory store and ledger), postgres://... (pgstore) or mysql://user:pass@host:port/db (mysqlstore); default $DATABASE_URL; empty: sqlite://"+defaultSQLitePath())
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "external payment provider base URL (default: in-process simulation)")
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
@@ -251,11 +261,23 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		ledger    Ledger
 		storeDesc string
 	)
-	if cfg.dsn == "" {
+	if cfg.dsn == memDSN {
 		ml := newMemLedger()
 		store = ledgerStore{Store: memstore.New(), ledger: ml, log: log}
 		ledger = ml
 		storeDesc = "memstore"
+	} else if path, ok := sqlitePath(cfg.dsn); ok {
+		db, ss, sl, err := openSQLite(ctx, path)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		defer ss.Close() // its watch poller (-wait); before the db
+		store, ledger = ss, sl
+		storeDesc = "sqlitestore (transactional, file " + path + ")"
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go maintain(mctx, ss, maintainEvery, log)
 	} else if isMySQLDSN(cfg.dsn) {
 		db, ms, ml, dbName, err := openMySQL(ctx, cfg)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 // checkMetrics runs the example with -metrics (through fw) and reads
 // otelidem's instruments back from GET /metrics, as Prometheus would.
 func checkMetrics(t *testing.T, bin, fw string) {
-	base := startServer(t, bin, nil, "-framework", fw, "-metrics", "-provider-latency", "0s")
+	base := startServer(t, bin, nil, "-framework", fw, "-metrics", "-provider-latency", "0s", "-dsn", memDSN)
 	user, key := "u-"+randomID(), "kmetrics-"+randomID()
 	for range 2 {
 		if r := mustDo(t, http.MethodPost, base+"/v1/payments", user, key, paymentBody(300)); r.status != http.StatusCreated {

@@ -20,7 +20,7 @@ import (
 // key: the provider would otherwise answer with the old charge) and a new
 // ledger row under a new payment id (the old id would collide with the old
 // row). On memstore with a driven clock, and through PostgreSQL and MySQL
-// in transactional mode on their own clocks.
+// and SQLite in transactional mode on their own clocks.
 func TestReusedKeyAfterExpiry(t *testing.T) {
 	t.Run("memstore", func(t *testing.T) {
 		clock := &testClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -42,7 +42,7 @@ func TestReusedKeyAfterExpiry(t *testing.T) {
 			return p
 		})
 	})
-	for _, db := range []string{"postgres", "mysql"} {
+	for _, db := range []string{"postgres", "mysql", "sqlite"} {
 		t.Run(db, func(t *testing.T) {
 			log := slog.New(slog.DiscardHandler)
 			var (
@@ -50,10 +50,13 @@ func TestReusedKeyAfterExpiry(t *testing.T) {
 				store  core.Store
 				ledger Ledger
 			)
-			if db == "postgres" {
+			switch db {
+			case "postgres":
 				dsn = testDSN(t)
-			} else {
+			case "mysql":
 				dsn = testMySQLDSN(t)
+			default:
+				dsn = testSQLiteDSN(t)
 			}
 			cfg := defaultConfig(t, "-dsn", dsn, "-lease", "200ms", "-retention", "1s")
 			if db == "postgres" {
@@ -64,6 +67,14 @@ func TestReusedKeyAfterExpiry(t *testing.T) {
 				t.Cleanup(pool.Close)
 				t.Cleanup(ps.Close)
 				store, ledger = ps, pl
+			} else if path, ok := sqlitePath(dsn); ok {
+				sdb, ss, sl, err := openSQLite(t.Context(), path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = sdb.Close() })
+				t.Cleanup(ss.Close)
+				store, ledger = ss, sl
 			} else {
 				sdb, ms, ml, _, err := openMySQL(t.Context(), cfg)
 				if err != nil {

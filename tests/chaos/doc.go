@@ -10,7 +10,8 @@
 // provider charge, replay byte-identically, and no record may be stuck in
 // processing past its lease.
 //
-// TestChaos (PostgreSQL) and TestChaosMySQL (MariaDB) run in
+// TestChaos (PostgreSQL), TestChaosMySQL (MariaDB) and TestChaosSQLite (two
+// instances on one SQLite file, 1200 requests) run in
 // `go test ./...` with a CI-sized request count; tests/galera runs Run
 // on a Galera cluster. `make chaos` runs the full size:
 //

@@ -1,0 +1,85 @@
+package sqlitestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/http"
+)
+
+// Stored response headers are kept in a BLOB in a small binary format, not
+// as JSON: a handler may set header values that are not valid UTF-8 or hold
+// NUL, and a BLOB keeps every byte as it was (JSON text would not). Layout, all lengths as uvarints:
+//
+//	version byte (1)
+//	number of names
+//	per name: len, name bytes, number of values, per value: len, value bytes
+const headerFormatV1 = 1
+
+func appendHeader(b []byte, h http.Header) []byte {
+	b = append(b, headerFormatV1)
+	b = binary.AppendUvarint(b, uint64(len(h)))
+	for name, vals := range h {
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, uint64(len(vals)))
+		for _, v := range vals {
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+var errBadHeader = errors.New("stored headers are malformed")
+
+func parseHeader(b []byte) (http.Header, error) {
+	if len(b) == 0 || b[0] != headerFormatV1 {
+		return nil, errBadHeader
+	}
+	b = b[1:]
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	str := func() (string, bool) {
+		l, ok := next()
+		if !ok || l > uint64(len(b)) {
+			return "", false
+		}
+		s := string(b[:l])
+		b = b[l:]
+		return s, true
+	}
+	count, ok := next()
+	if !ok || count > uint64(len(b)) { // every name takes at least one byte
+		return nil, errBadHeader
+	}
+	h := make(http.Header, count)
+	for range count {
+		name, ok := str()
+		if !ok {
+			return nil, errBadHeader
+		}
+		nv, ok := next()
+		if !ok || nv > uint64(len(b)) {
+			return nil, errBadHeader
+		}
+		vals := make([]string, 0, nv)
+		for range nv {
+			v, ok := str()
+			if !ok {
+				return nil, errBadHeader
+			}
+			vals = append(vals, v)
+		}
+		h[name] = vals
+	}
+	if len(b) != 0 {
+		return nil, errBadHeader
+	}
+	return h, nil
+}

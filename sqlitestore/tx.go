@@ -1,0 +1,338 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+)
+
+var (
+	// ErrNoLease is returned by Tx when ctx does not belong to a handler
+	// that idem let proceed (no core.Lease in the context).
+	ErrNoLease = errors.New("sqlitestore: no idem lease in context: Tx must be called with the context of a handler idem let proceed")
+	// ErrLeaseFinished is returned by Tx when the lease was already
+	// completed or failed: its transaction, if any, is over.
+	ErrLeaseFinished = errors.New("sqlitestore: the lease is finished; its transaction was committed or rolled back")
+	// ErrTxRolledBack is returned by Complete when the handler ended the
+	// transaction Tx handed it so that its writes did not commit: the
+	// response is not recorded, the key is released, and the engine
+	// answers 500 (it wraps storekit.ErrNotCommitted).
+	ErrTxRolledBack = fmt.Errorf("sqlitestore: the handler ended the lease transaction and its writes did not commit (leave Commit and Rollback of sqlitestore.Tx to idem): %w", storekit.ErrNotCommitted)
+	// ErrStepInTx is returned by SaveStep while the lease's transaction
+	// is open: it holds SQLite's only write lock, so a step could not be
+	// made durable on its own. Run core.Step before the first Tx call.
+	ErrStepInTx = errors.New("sqlitestore: save step: the lease transaction (Tx) holds SQLite's write lock; run core.Step before calling Tx")
+)
+
+// markTTL is how long Sweep keeps a commit mark left behind by a handler
+// that committed itself and died before Complete.
+const markTTL = 24 * time.Hour
+
+// rollbackTimeout bounds the clean-up statements that run on a context
+// detached from the caller's.
+const rollbackTimeout = 5 * time.Second
+
+type txKey struct{}
+
+// txState is attached to a lease once and never removed: after Complete
+// or Fail it stays as a tombstone (done, no tx), so a late Tx call gets
+// ErrLeaseFinished.
+type txState struct {
+	mu     sync.Mutex
+	tx     *sql.Tx
+	done   bool
+	marked bool
+}
+
+// Tx returns the business transaction of the current idem execution,
+// beginning it on first use. ctx must be (or derive from) the context of a
+// handler idem let proceed; otherwise ErrNoLease.
+//
+// The handler runs its writes on the transaction and must neither commit
+// nor roll it back. Store.Complete runs its fenced UPDATE inside it and
+// commits: the business writes and the stored response are one atomic
+// fact. If the lease was lost meanwhile, the UPDATE matches nothing, the
+// transaction rolls back and Complete returns core.ErrLeaseLost. Store.Fail
+// rolls it back.
+//
+// SQLite has one writer per database. The transaction's first statement
+// inserts the lease's commit mark, so it holds the write lock from Tx until
+// Complete or Fail: every other write to the file (other keys' claims and
+// completions, in every process) waits up to busy_timeout meanwhile, then
+// fails. Keep work between Tx and the response short (call providers and
+// run core.Step before Tx). Nothing deadlocks on the lease's own writes:
+// its heartbeats run inside the transaction, and SaveStep refuses with
+// ErrStepInTx instead of waiting for a lock its own execution holds.
+//
+// A handler that ends the transaction itself is detected as in mysqlstore:
+// the commit mark, committed exactly with the handler's writes, says
+// whether they landed. Absent: the response is not recorded, the key is
+// released, Complete returns ErrTxRolledBack. Present: the response is
+// recorded by a plain fenced UPDATE; a Fail completes the record as not
+// retained; a takeover of a lapsed lease that finds the mark does the same
+// instead of running the handler again.
+func Tx(ctx context.Context) (*sql.Tx, error) {
+	lease, ok := core.LeaseFromContext(ctx)
+	if !ok {
+		return nil, ErrNoLease
+	}
+	s := storeOf(lease)
+	if s == nil {
+		return nil, fmt.Errorf("sqlitestore: tx: the lease was granted by %T, not by a *sqlitestore.Store (or a store whose Unwrap returns one)", lease.Store())
+	}
+	st := attachState(lease)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return nil, ErrLeaseFinished
+	}
+	if st.tx == nil {
+		if err := ctx.Err(); err != nil {
+			return nil, wrap(ctx, "tx: begin", err)
+		}
+		tx, marked, err := s.beginLeaseTx(ctx, lease.Fence().Token)
+		if err != nil {
+			return nil, err
+		}
+		st.tx, st.marked = tx, marked
+		s.txMu.Lock()
+		s.txs[lease.Fence()] = st
+		s.txMu.Unlock()
+	}
+	return st.tx, nil
+}
+
+// beginLeaseTx begins the lease transaction and, unless it is read-only,
+// inserts the commit mark as its first statement: a write, so SQLite's
+// write lock is taken now (queued behind this Store's other writers, then
+// under busy_timeout), before the transaction reads anything. The store's
+// writer slot is released once the lock is held: the transaction keeps the
+// lock, and other writers wait for it in SQLite (see Tx).
+func (s *Store) beginLeaseTx(ctx context.Context, token int64) (*sql.Tx, bool, error) {
+	marked := s.cfg.txOpts == nil || !s.cfg.txOpts.ReadOnly
+	if marked {
+		if err := s.wr.lock(ctx); err != nil {
+			return nil, false, wrap(ctx, "tx: begin", err)
+		}
+		defer s.wr.unlock()
+	}
+	// It must last until Complete or Fail, whatever the request does.
+	tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.txOpts)
+	if err != nil {
+		return nil, false, wrap(ctx, "tx: begin", err)
+	}
+	if marked {
+		if _, err := tx.ExecContext(ctx, s.sql.markIns, token); err != nil {
+			_ = tx.Rollback()
+			return nil, false, wrap(ctx, "tx: begin: commit mark", err)
+		}
+	}
+	return tx, marked, nil
+}
+
+func storeOf(lease *core.Lease) *Store {
+	s, _ := storekit.As[*Store](lease.Store())
+	return s
+}
+
+func attachState(lease *core.Lease) *txState {
+	v, _ := lease.Attach(txKey{}, func() (any, error) { return &txState{}, nil })
+	return v.(*txState)
+}
+
+// openTx reports whether f's lease has a transaction open in this store.
+func (s *Store) openTx(f storekit.Fence) *txState {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	return s.txs[f]
+}
+
+// heartbeatInTx runs the heartbeat inside f's lease transaction when one
+// is open (inTx). A transaction the handler ended itself no longer holds
+// the lock: the heartbeat then runs on the pool.
+func (s *Store) heartbeatInTx(ctx context.Context, f storekit.Fence, args []any) (ok, inTx bool, err error) {
+	st := s.openTx(f)
+	if st == nil {
+		return false, false, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.tx == nil || !st.marked {
+		return false, false, nil
+	}
+	// Not interruptible: an interrupted write inside the transaction would
+	// make SQLite roll the handler's writes back.
+	res, err := st.tx.ExecContext(context.WithoutCancel(ctx), s.sql.heartbeat, args...)
+	if errors.Is(err, sql.ErrTxDone) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, true, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, true, err
+}
+
+// takeTx finishes the lease's transaction state for f and returns the open
+// transaction, if any, and whether it carries a commit mark. The state is
+// found through ctx's lease, or else through the store's table of open
+// transactions (a Complete on a context without the lease must still end
+// the transaction: it holds the write lock the plain UPDATE would wait for).
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool) {
+	s.txMu.Lock()
+	st := s.txs[f]
+	delete(s.txs, f)
+	s.txMu.Unlock()
+	if lease, ok := core.LeaseFromContext(ctx); ok && lease.Fence() == f && storeOf(lease) == s {
+		st = attachState(lease)
+	}
+	if st == nil {
+		return nil, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.done = true
+	tx := st.tx
+	st.tx = nil
+	return tx, st.marked
+}
+
+// abandonTx rolls back the lease's transaction for f, if any, and reports
+// whether the handler had ended a marked transaction itself.
+func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
+	tx, marked := s.takeTx(ctx, f)
+	if tx == nil {
+		return false
+	}
+	err := tx.Rollback()
+	return marked && errors.Is(err, sql.ErrTxDone)
+}
+
+// completeInTx deletes the commit mark, runs the fenced complete inside the
+// handler's transaction and commits it; on any failure it rolls back and
+// releases the key (the handler's writes rolled back with it).
+//
+// SQLite ends a transaction on its own when one of its write statements is
+// interrupted (modernc.org/sqlite interrupts a statement whose context is
+// cancelled: a client that hangs up during the handler's INSERT) or when
+// the handler sends ROLLBACK as SQL; database/sql does not know, and every
+// later statement on the *sql.Tx would autocommit. So the mark's DELETE
+// must find the mark: if it does not, the handler's writes rolled back and
+// the response is refused (ErrTxRolledBack) before anything else runs.
+// The store's own statements here run without ctx's cancellation, so that
+// an interrupt cannot split them.
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, args []any) error {
+	sctx := context.WithoutCancel(ctx)
+	var err error
+	if marked {
+		var del sql.Result
+		if del, err = tx.ExecContext(sctx, s.sql.markDel, f.Token); err == nil {
+			if n, _ := del.RowsAffected(); n != 1 {
+				_ = tx.Rollback()
+				s.releaseAfterTxFailure(ctx, f)
+				return fmt.Errorf("sqlitestore: complete: the lease transaction was rolled back by SQLite (an interrupted statement, or ROLLBACK sent as SQL): %w", ErrTxRolledBack)
+			}
+		}
+	}
+	var res sql.Result
+	if err == nil {
+		res, err = tx.ExecContext(sctx, s.sql.complete, args...)
+	}
+	if errors.Is(err, sql.ErrTxDone) {
+		return s.completeAfterHandlerEnded(ctx, marked, f, args)
+	}
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		s.releaseAfterTxFailure(ctx, f)
+		return wrap(ctx, "complete (in transaction)", err)
+	}
+	if n == 0 {
+		_ = tx.Rollback()
+		return fmt.Errorf("sqlitestore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+	}
+	if err := tx.Commit(); err != nil {
+		s.releaseAfterTxFailure(ctx, f)
+		return wrap(ctx, "complete: commit", err)
+	}
+	return nil
+}
+
+// completeAfterHandlerEnded records the response only if the commit mark
+// says the handler's writes committed; otherwise releases the key.
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, args []any) error {
+	if marked {
+		committed, err := s.markCommitted(ctx, f.Token)
+		if err != nil {
+			return wrap(ctx, "complete: the handler ended the transaction: read its commit mark", err)
+		}
+		if !committed {
+			s.releaseAfterTxFailure(ctx, f)
+			return fmt.Errorf("sqlitestore: complete: %w", ErrTxRolledBack)
+		}
+		defer s.dropMark(ctx, f.Token)
+	}
+	ok, err := s.fenced(ctx, s.sql.complete, args...)
+	if err != nil {
+		return wrap(ctx, "complete", err)
+	}
+	if !ok {
+		return fmt.Errorf("sqlitestore: complete: %w", core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// failAfterHandlerCommitted completes the record as not retained when the
+// mark says the handler's writes committed (a retry must not run them
+// again), and reports whether it did.
+func (s *Store) failAfterHandlerCommitted(ctx context.Context, f storekit.Fence) (committed bool, err error) {
+	committed, err = s.markCommitted(ctx, f.Token)
+	if err != nil || !committed {
+		return false, err
+	}
+	defer s.dropMark(ctx, f.Token)
+	ok, err := s.fenced(ctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
+	if err != nil {
+		return true, err
+	}
+	if !ok {
+		return true, core.ErrLeaseLost
+	}
+	return true, nil
+}
+
+// markCommitted reports whether the commit mark of token is in the
+// database. The handler's COMMIT has returned before Complete or Fail
+// runs, so a plain read sees it.
+func (s *Store) markCommitted(ctx context.Context, token int64) (bool, error) {
+	st, err := s.stmt(ctx, s.sql.markRead)
+	if err != nil {
+		return false, err
+	}
+	var n int
+	err = st.QueryRowContext(ctx, token).Scan(&n)
+	return n > 0, err
+}
+
+// dropMark deletes a commit mark that landed (best effort: Sweep deletes
+// what is left).
+func (s *Store) dropMark(ctx context.Context, token int64) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, _ = s.db.ExecContext(fctx, s.sql.markDel, token)
+}
+
+func (s *Store) releaseAfterTxFailure(ctx context.Context, f storekit.Fence) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, _ = s.fenced(fctx, s.sql.fail, b(f.Scope), b(f.Key), f.Token)
+}
