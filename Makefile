@@ -15,7 +15,6 @@ FUZZTIME    ?= 60s
 test: services pgbouncer consumer
 	$(GO) vet $(PKGS)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
-	cd sqlitestore && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## model: tests/model at length: many more randomized concurrent histories per store (memstore,
 ## pgstore plain and transactional, mysqlstore, with connection kills) checked for linearizability
