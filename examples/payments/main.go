@@ -364,13 +364,17 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	if !strings.Contains(cfg.dsn, "pool_max_conns") {
 		pcfg.MaxConns = defaultPoolSize
 	}
-	if _, set := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+	txIdle := 2*providerTimeout + cfg.lease
+	if _, set := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set && !cfg.txPooler {
 		// End a business transaction abandoned by a bug rather than pin its
 		// locks forever. Set once per connection, at connect: every other
 		// statement on this pool is autocommit, and
 		// pgstore.WithTxIdleTimeout would send a set_config with every
-		// first execution (issue 21).
-		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2*providerTimeout + cfg.lease).Milliseconds(), 10)
+		// first execution (issue 21). Not through a transaction pooler:
+		// PgBouncer refuses startup parameters it does not know, and a
+		// session setting would not follow the client anyway; there
+		// WithTxIdleTimeout sets it per transaction.
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(txIdle.Milliseconds(), 10)
 	}
 	schema := schemaFromSearchPath(pcfg.ConnConfig.RuntimeParams["search_path"])
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -396,7 +400,7 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 		pgstore.WithLogger(log),
 	}
 	if cfg.txPooler {
-		opts = append(opts, pgstore.WithTransactionPooler())
+		opts = append(opts, pgstore.WithTransactionPooler(), pgstore.WithTxIdleTimeout(txIdle))
 	}
 	if cfg.listenDSN != "" {
 		opts = append(opts, pgstore.WithListenConnString(cfg.listenDSN))

@@ -98,16 +98,25 @@ func startPaymentsCtx(t *testing.T, bin string, timeout time.Duration, args ...s
 				}
 			}
 		}
+		// Keep reading whatever ends the scan (a line over the buffer): the
+		// process's stderr writes into this pipe and cmd.Wait waits for
+		// those writes, so a pipe nobody reads would hang the cleanup.
+		_, _ = io.Copy(io.Discard, pr)
 	}()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); _ = pw.Close() }()
+	// exited is closed when the process has exited (waitErr is then set):
+	// a channel both the start-up wait and the cleanup can read, where a
+	// value read by one would leave the other blocked (a process that
+	// exited before listening hung the cleanup of a make test run).
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); _ = pw.Close(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 		if t.Failed() {
 			t.Logf("payments %v logs (tail):\n%s", args, tail(logs.String(), 4000))
@@ -116,8 +125,8 @@ func startPaymentsCtx(t *testing.T, bin string, timeout time.Duration, args ...s
 	select {
 	case a := <-addrc:
 		return &server{base: "http://" + a, logs: logs}
-	case err := <-done:
-		t.Fatalf("payments %v exited: %v\n%s", args, err, logs.String())
+	case <-exited:
+		t.Fatalf("payments %v exited: %v\n%s", args, waitErr, logs.String())
 	case <-time.After(timeout):
 		t.Fatalf("payments %v did not listen within %v\n%s", args, timeout, logs.String())
 	}
