@@ -10,8 +10,6 @@ import (
 
 // TestConformanceSQLite runs the suite on sqlitestore, on a file of its
 // own. Scenarios use unique keys and tenants, so they share one store.
-// (A *_stores_test.go file: it belongs with the tests module, not with
-// the adapter's.)
 func TestConformanceSQLite(t *testing.T) {
 	store := sqlitestoretest.Store(t)
 	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })

@@ -24,6 +24,7 @@ import (
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
+	"github.com/idemkit/idem/sqlitestore/sqlitestoretest"
 	"github.com/idemkit/idem/tests/internal/mystores"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
@@ -37,6 +38,10 @@ func TestConformancePostgres(t *testing.T) {
 
 func TestConformanceMariaDB(t *testing.T) {
 	grpcidemtest.Run(t, func(tb testing.TB) core.Store { return mystores.Store(tb) })
+}
+
+func TestConformanceSQLite(t *testing.T) {
+	grpcidemtest.Run(t, func(tb testing.TB) core.Store { return sqlitestoretest.Store(tb) })
 }
 
 // Environment of a server child of the crash tests.
