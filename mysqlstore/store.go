@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/internal/claimrule"
+	"github.com/idemkit/idem/internal/headerblob"
 )
 
 // Column limits (bytes), as declared in migration 0001. Longer values are
@@ -404,7 +405,7 @@ func scanRecord(row scanner, claimed *bool, now *int64, extra ...any) (storekit.
 	if r.Status == storekit.StatusCompleted && respStatus.Valid {
 		resp := &storekit.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
 		if len(respHeader) > 0 {
-			h, err := parseHeader(respHeader)
+			h, err := headerblob.Parse(respHeader)
 			if err != nil {
 				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
 			}
@@ -456,7 +457,7 @@ func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Dur
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
 	var header []byte
 	if len(resp.Header) > 0 {
-		header = appendHeader(nil, resp.Header)
+		header = headerblob.Append(nil, resp.Header)
 	}
 	body := resp.Body
 	if body == nil {

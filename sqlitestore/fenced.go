@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/headerblob"
 )
 
 // fenced runs a fenced UPDATE on the store's pool (autocommit: the
@@ -61,7 +62,7 @@ func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Dur
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
 	var header []byte
 	if len(resp.Header) > 0 {
-		header = appendHeader(nil, resp.Header)
+		header = headerblob.Append(nil, resp.Header)
 	}
 	body := resp.Body
 	if body == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/headerblob"
 )
 
 // Column limits (bytes), as the other stores keep. Longer values are
@@ -232,7 +233,7 @@ func scanRecord(row scanner, now *int64, extra ...any) (storekit.Record, error) 
 	if r.Status == storekit.StatusCompleted && respStatus.Valid {
 		resp := &storekit.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
 		if len(respHeader) > 0 {
-			h, err := parseHeader(respHeader)
+			h, err := headerblob.Parse(respHeader)
 			if err != nil {
 				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
 			}

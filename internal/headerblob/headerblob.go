@@ -1,4 +1,6 @@
-package sqlitestore
+// Package headerblob is the binary format mysqlstore and sqlitestore keep
+// stored response headers in (one place for both).
+package headerblob
 
 import (
 	"encoding/binary"
@@ -8,14 +10,15 @@ import (
 
 // Stored response headers are kept in a BLOB in a small binary format, not
 // as JSON: a handler may set header values that are not valid UTF-8 or hold
-// NUL, and a BLOB keeps every byte as it was (JSON text would not). Layout, all lengths as uvarints:
+// NUL, and a BLOB keeps every byte as it was (MySQL's JSON type, like
+// PostgreSQL's jsonb, or JSON text in SQLite, would not). Layout, all lengths as uvarints:
 //
 //	version byte (1)
 //	number of names
 //	per name: len, name bytes, number of values, per value: len, value bytes
 const headerFormatV1 = 1
 
-func appendHeader(b []byte, h http.Header) []byte {
+func Append(b []byte, h http.Header) []byte {
 	b = append(b, headerFormatV1)
 	b = binary.AppendUvarint(b, uint64(len(h)))
 	for name, vals := range h {
@@ -32,7 +35,7 @@ func appendHeader(b []byte, h http.Header) []byte {
 
 var errBadHeader = errors.New("stored headers are malformed")
 
-func parseHeader(b []byte) (http.Header, error) {
+func Parse(b []byte) (http.Header, error) {
 	if len(b) == 0 || b[0] != headerFormatV1 {
 		return nil, errBadHeader
 	}

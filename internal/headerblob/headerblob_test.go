@@ -1,4 +1,4 @@
-package mysqlstore
+package headerblob
 
 import (
 	"net/http"
@@ -12,13 +12,13 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{"Content-Type": {"application/json"}},
 		{"X-Odd": {"a\x00b", "\xff\xfe", "", "支払い"}, "Link": {"<a>", "<b>"}, "Empty": {}},
 	} {
-		got, err := parseHeader(appendHeader(nil, h))
+		got, err := Parse(Append(nil, h))
 		if err != nil || !reflect.DeepEqual(got, h) {
 			t.Errorf("%q: got %q, %v", h, got, err)
 		}
 	}
 	for _, bad := range [][]byte{nil, {}, {2}, {1}, {1, 1}, {1, 1, 5, 'a'}, {1, 0, 0}, {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}} {
-		if _, err := parseHeader(bad); err == nil {
+		if _, err := Parse(bad); err == nil {
 			t.Errorf("%x: accepted", bad)
 		}
 	}
@@ -28,14 +28,14 @@ func TestHeaderRoundTrip(t *testing.T) {
 // huge allocation), and what decodes encodes back to the same bytes up to
 // map order (checked by decoding again).
 func FuzzParseHeader(f *testing.F) {
-	f.Add(appendHeader(nil, http.Header{"A": {"1", "2"}, "B": {""}}))
+	f.Add(Append(nil, http.Header{"A": {"1", "2"}, "B": {""}}))
 	f.Add([]byte{1, 1, 1, 'A', 1, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := parseHeader(b)
+		h, err := Parse(b)
 		if err != nil {
 			return
 		}
-		again, err := parseHeader(appendHeader(nil, h))
+		again, err := Parse(Append(nil, h))
 		if err != nil || !reflect.DeepEqual(again, h) {
 			t.Fatalf("round trip of %q: %q, %v", h, again, err)
 		}
