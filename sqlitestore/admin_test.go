@@ -80,8 +80,11 @@ func TestAdmin(t *testing.T) {
 func TestSweep(t *testing.T) {
 	s := newStore(t, WithRetentionMargin(0))
 	ctx := t.Context()
-	req := claimReq("old", time.Millisecond*5)
-	req.Retention = 10 * time.Millisecond
+	// The lease outlives the SaveStep below on a loaded machine (a 5 ms
+	// lease lapsed before it in a make test run: "lease lost"); the loop
+	// then polls until retention has passed.
+	req := claimReq("old", 500*time.Millisecond)
+	req.Retention = 500 * time.Millisecond
 	old, err := s.Claim(ctx, req)
 	if err != nil {
 		t.Fatal(err)

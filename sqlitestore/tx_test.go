@@ -185,7 +185,8 @@ func TestTxTakeoverFindsMark(t *testing.T) {
 	db, _ := newDB(t)
 	s := openStore(t, db)
 	ledgerTable(t, db)
-	req := claimReq("a", 50*time.Millisecond)
+	// Long enough for book and Commit on a loaded machine, then polled out.
+	req := claimReq("a", 500*time.Millisecond)
 	hctx, f := handlerCtx(t, s, req)
 	if err := book(hctx, "a", f.Token); err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func TestTxTakeoverFindsMark(t *testing.T) {
 		if res.Record.Status != storekit.StatusProcessing || res.Record.Token != f.Token {
 			break
 		}
-		time.Sleep(10 * time.Millisecond) // poll until the 50ms lease lapses
+		time.Sleep(10 * time.Millisecond) // poll until the lease lapses
 	}
 	if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil || !res.Record.Response.NotRetained {
 		t.Fatalf("takeover over a committed handler: claimed %v, %+v", res.Claimed, res.Record)
