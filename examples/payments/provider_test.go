@@ -51,8 +51,12 @@ func TestHTTPProviderReusesConnections(t *testing.T) {
 		}
 		inFlight.Wait()
 	}
-	if n := conns.Load(); n > clients {
-		t.Errorf("%d rounds of %d concurrent charges opened %d connections, want at most %d (keep-alive pool)", rounds, clients, n, clients)
+	// A pooled client opens about one connection per concurrent charge; a
+	// few more when the transport hands a connection back to its pool just
+	// after the charge returned and the next round dials instead (17 of 16
+	// in one make test run). The default transport opened ~130.
+	if n, most := conns.Load(), int64(2*clients); n > most {
+		t.Errorf("%d rounds of %d concurrent charges opened %d connections, want at most %d (keep-alive pool)", rounds, clients, n, most)
 	}
 }
 
