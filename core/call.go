@@ -10,9 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem/core/storekit"
-
 	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // CallMethod is the method recorded for the records of Engine.Call, so

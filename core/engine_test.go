@@ -17,14 +17,13 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
+	"github.com/idemkit/idem/internal/testkit/assert"
+	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`

@@ -5,10 +5,9 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/internal/testkit/assert"
 )
 
 func fp(method, route, body string, canonical bool) string {

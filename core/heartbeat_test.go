@@ -10,13 +10,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/testkit/assert"
+	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // A slow owner that is still alive keeps its lease: the heartbeat extends

@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/testkit/assert"
 )
 
 func TestParseKey(t *testing.T) {

@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
+	"github.com/idemkit/idem/internal/testkit/assert"
+	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // Relay keys are per record: the same for every attempt at one record (a

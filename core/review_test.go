@@ -9,11 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idemkit/idem/internal/testkit/require"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // When the owner cannot renew its lease, its handler must be stopped no

@@ -3,12 +3,11 @@ package core_test
 import (
 	"testing"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/testkit/assert"
+	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // wrapped is a store decorator in the shape otelidem's has.

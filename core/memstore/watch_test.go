@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/internal/testkit/assert"
 	"github.com/idemkit/idem/internal/testkit/require"
-
-	"github.com/idemkit/idem/core/storekit"
 )
 
 func closed(ch <-chan struct{}) bool {

@@ -14,11 +14,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
-
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/testkit/assert"
+	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 const (
