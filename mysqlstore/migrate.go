@@ -1,22 +1,17 @@
 package mysqlstore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
-	"text/template"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.sql
@@ -37,9 +32,6 @@ const lockWait = 60 * time.Second
 // modes named exist on MySQL 8.0+ and MariaDB 10.6+.
 const migrationMode = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
 
-// stmtSep separates the statements of a migration file (a line of its own).
-const stmtSep = "\n;;\n"
-
 // migration is one versioned step, its SQL rendered for a configuration.
 type migration struct {
 	version int
@@ -48,10 +40,6 @@ type migration struct {
 }
 
 func loadMigrations(c config) ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
 	n := c.names()
 	data := map[string]string{
 		"Table":       n.table,
@@ -62,57 +50,15 @@ func loadMigrations(c config) ([]migration, error) {
 		"ExpiresIdx":  n.expiresIdx,
 		"TxMarks":     n.txMarks,
 	}
-	var out []migration
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
-			continue
-		}
-		prefix, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(prefix)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration file %s: name must start with a positive version and '_'", name)
-		}
-		src, err := migrationFS.ReadFile(path.Join("migrations", name))
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: %w", name, err)
-		}
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, data); err != nil {
-			return nil, fmt.Errorf("migration %s: %w", name, err)
-		}
-		m := migration{version: v, name: name}
-		for _, st := range strings.Split(b.String(), stmtSep) {
-			if strings.TrimSpace(stripComments(st)) != "" {
-				m.stmts = append(m.stmts, st)
-			}
-		}
-		out = append(out, m)
+	files, err := sqlmigrate.Load(migrationFS, data, "migrations")
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i := 1; i < len(out); i++ {
-		if out[i].version == out[i-1].version {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
-		}
+	out := make([]migration, len(files))
+	for i, f := range files {
+		out[i] = migration{version: f.Version, name: f.Name, stmts: sqlmigrate.Statements(f.SQL)}
 	}
 	return out, nil
-}
-
-// stripComments drops whole-line "--" comments (to tell an empty statement
-// from a real one; the statements are sent as written).
-func stripComments(s string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			b.WriteString(line)
-			b.WriteByte('\n')
-		}
-	}
-	return b.String()
 }
 
 // migrationsTableSQL creates the table recording applied migrations (one

@@ -1,21 +1,17 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
-	"sort"
-	"strconv"
-	"strings"
-	"text/template"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/sqlmigrate"
 )
 
 //go:embed migrations
@@ -38,19 +34,6 @@ type migration struct {
 // migrations/<mode> and those both modes share, in migrations/both, in one
 // sequence of versions.
 func loadMigrations(c config) ([]migration, error) {
-	type file struct{ dir, name string }
-	var files []file
-	for _, dir := range []string{path.Join("migrations", c.mode()), path.Join("migrations", "both")} {
-		entries, err := fs.ReadDir(migrationFS, dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			if !e.IsDir() {
-				files = append(files, file{dir, e.Name()})
-			}
-		}
-	}
 	n := c.names()
 	into, err := claimFullIntoSQL(c)
 	if err != nil {
@@ -72,36 +55,13 @@ func loadMigrations(c config) ([]migration, error) {
 		"Steps":          stepsTable(c),       // 0005
 		"ClaimReadInto":  claimReadIntoSQL(c), // 0006
 	}
-	var out []migration
-	for _, f := range files {
-		name := f.name
-		if !strings.HasSuffix(name, ".sql") {
-			continue
-		}
-		prefix, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(prefix)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration file %s: name must start with a positive version and '_'", name)
-		}
-		src, err := migrationFS.ReadFile(path.Join(f.dir, name))
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: %w", name, err)
-		}
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, data); err != nil {
-			return nil, fmt.Errorf("migration %s: %w", name, err)
-		}
-		out = append(out, migration{version: v, name: name, sql: b.String()})
+	files, err := sqlmigrate.Load(migrationFS, data, path.Join("migrations", c.mode()), path.Join("migrations", "both"))
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i := 1; i < len(out); i++ {
-		if out[i].version == out[i-1].version {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
-		}
+	out := make([]migration, len(files))
+	for i, f := range files {
+		out[i] = migration{version: f.Version, name: f.Name, sql: f.SQL}
 	}
 	return out, nil
 }

@@ -1,25 +1,19 @@
 package sqlitestore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"strconv"
 	"strings"
-	"text/template"
+
+	"github.com/idemkit/idem/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
-
-// stmtSep separates the statements of a migration file (a line of its own).
-const stmtSep = "\n;;\n"
 
 // migration is one versioned step, its SQL rendered for a configuration.
 type migration struct {
@@ -29,47 +23,20 @@ type migration struct {
 }
 
 func loadMigrations(c config) ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
 	n := c.names()
 	data := map[string]string{
 		"Table": n.table, "Tokens": n.tokens, "Steps": n.steps, "TxMarks": n.txMarks,
 		"ExpiresIdx": n.expiresIdx, "TrgComplete": n.trgComplete, "TrgDelete": n.trgDelete,
 	}
-	var out []migration
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
-			continue
-		}
-		prefix, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(prefix)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration file %s: name must start with a positive version and '_'", name)
-		}
-		src, err := migrationFS.ReadFile(path.Join("migrations", name))
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: %w", name, err)
-		}
-		var buf bytes.Buffer
-		if err := tmpl.Execute(&buf, data); err != nil {
-			return nil, fmt.Errorf("migration %s: %w", name, err)
-		}
-		m := migration{version: v, name: name}
-		for _, st := range strings.Split(buf.String(), stmtSep) {
-			if strings.TrimSpace(st) != "" {
-				m.stmts = append(m.stmts, st)
-			}
-		}
-		out = append(out, m)
+	files, err := sqlmigrate.Load(migrationFS, data, "migrations")
+	if err != nil {
+		return nil, err
 	}
-	return out, nil // fs.ReadDir sorts by name: by version
+	out := make([]migration, len(files))
+	for i, f := range files {
+		out[i] = migration{version: f.Version, name: f.Name, stmts: sqlmigrate.Statements(f.SQL)}
+	}
+	return out, nil
 }
 
 // Migrate creates or upgrades the store's tables in the database db opens
