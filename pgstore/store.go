@@ -370,8 +370,12 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 	}
 	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 
-	if t := s.takeTx(ctx, f); t != nil {
-		return s.completeInTx(ctx, t, f, args)
+	t, deferred := s.takeTx(ctx, f)
+	if t != nil {
+		return s.completeInTx(ctx, t, f, deferred, args)
+	}
+	if len(deferred) > 0 {
+		return s.completeDeferred(ctx, f, deferred, args)
 	}
 	matched, waiters, err := fenced(ctx, s.pool, s.sql.complete, args...)
 	if err != nil {
@@ -391,7 +395,7 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 // connection: ROLLBACK, then the fenced update).
 func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
-	t := s.takeTx(ctx, f)
+	t, _ := s.takeTx(ctx, f)
 	if err := ctx.Err(); err != nil {
 		if t != nil {
 			t.rollback(ctx)

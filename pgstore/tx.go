@@ -42,9 +42,10 @@ type txKey struct{}
 // late Tx call from a leaked handler goroutine gets ErrLeaseFinished instead
 // of opening a transaction nobody will ever end.
 type txState struct {
-	mu   sync.Mutex
-	tx   *leaseTx
-	done bool
+	mu       sync.Mutex
+	tx       *leaseTx
+	deferred []deferredStmt // Defer's, in order
+	done     bool
 }
 
 // rollbackTimeout bounds the rollback of an abandoned transaction; it runs
@@ -131,32 +132,34 @@ func (s *Store) txIdleMillis() int64 {
 }
 
 // takeTx finishes the lease's transaction state for fence f and returns its
-// transaction if one holds a connection. It returns nil when ctx carries no
-// lease of this store for f. Either way, from now on Tx refuses to begin one
-// and the handed-out transaction refuses every call.
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) *leaseTx {
+// transaction if one holds a connection, and the statements queued by Defer.
+// It returns nil, nil when ctx carries no lease of this store for f. Either
+// way, from now on Tx and Defer refuse, and the handed-out transaction
+// refuses every call.
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*leaseTx, []deferredStmt) {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
-		return nil
+		return nil, nil
 	}
 	if storeOf(lease) != s {
-		return nil
+		return nil, nil
 	}
 	st := attachState(lease)
 	st.mu.Lock()
-	t := st.tx
+	t, deferred := st.tx, st.deferred
 	st.done = true
-	st.tx = nil
+	st.tx, st.deferred = nil, nil
 	st.mu.Unlock()
 	if t == nil || !t.end() {
-		return nil
+		return nil, deferred
 	}
-	return t
+	return t, deferred
 }
 
-// abandonTx rolls back the lease's transaction for f, if any.
+// abandonTx rolls back the lease's transaction for f, if any, and drops the
+// deferred statements.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) {
-	if t := s.takeTx(ctx, f); t != nil {
+	if t, _ := s.takeTx(ctx, f); t != nil {
 		t.rollback(ctx)
 	}
 }
@@ -172,13 +175,22 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) {
 // because the handler's writes were in the transaction: they were rolled
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, deferred []deferredStmt, args []any) error {
 	b := &pgx.Batch{}
+	queueDeferred(b, deferred)
 	b.Queue(s.sql.completeTx, args...)
 	b.Queue("commit")
 	br := t.tx.SendBatch(ctx, b)
+	var err error
+	for range deferred {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
 	var waiters bool
-	err := br.QueryRow().Scan(&waiters)
+	if err == nil {
+		err = br.QueryRow().Scan(&waiters)
+	}
 	tag, cerr := br.Exec()
 	if berr := br.Close(); err == nil {
 		err = cerr
@@ -191,6 +203,9 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	}
 	if err != nil {
 		t.rollback(ctx)
+		if len(deferred) > 0 {
+			return s.completeFailed(ctx, f, err)
+		}
 		if isLeaseLost(err) {
 			return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 		}

@@ -1,0 +1,128 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+)
+
+// deferredStmt is one statement queued by Defer.
+type deferredStmt struct {
+	sql  string
+	args []any
+}
+
+// Defer queues a write of the current idem execution to run when idem
+// stores its response: in the same transaction as the stored response, in
+// the same round trip (pipelined ahead of the fenced complete). It is for
+// business writes whose result the handler does not need before it
+// answers: a ledger row, an outbox message, a counter. A first execution
+// that writes only through Defer costs two database round trips (the claim
+// and the complete) instead of three with Tx (the claim, the handler's
+// statements, the complete).
+//
+// ctx is the handler's context, as for Tx, which returns the same errors
+// (ErrNoLease, ErrLeaseFinished). What happens to a queued statement:
+//
+//   - It runs only if the engine completes the key with the handler's
+//     response (a final status). When the key is released instead (a
+//     retryable status, a handler error or panic, a client that went away),
+//     it never runs.
+//   - Statements run in the order they were queued, after everything the
+//     handler ran through Tx, in Tx's transaction if the handler began one.
+//   - If one fails (a constraint, an error it raises) the whole transaction
+//     rolls back: the other queued statements, the writes made through Tx
+//     and the response are not stored. The key is released (a retry runs
+//     the handler again) and the engine answers 500 instead of the
+//     handler's response; the error wraps storekit.ErrNotCommitted and is
+//     logged by the engine.
+//   - If the lease was lost meanwhile, it rolls back with the rest (the
+//     complete fails with core.ErrLeaseLost).
+//
+// args are encoded when the statement is sent, not when it is queued: do
+// not modify a slice or map passed as an argument after queueing it. Query
+// options (pgx.QueryExecMode, pgx.QueryResultFormats...) are refused: the
+// statement travels in a batch, which takes none; pgx.QueryRewriter is
+// accepted.
+func Defer(ctx context.Context, sql string, args ...any) error {
+	lease, ok := core.LeaseFromContext(ctx)
+	if !ok {
+		return ErrNoLease
+	}
+	if storeOf(lease) == nil {
+		return fmt.Errorf("pgstore: defer: the lease was granted by %T, not by a *pgstore.Store (or a store whose Unwrap returns one)", lease.Store())
+	}
+	if !pipelinable(args) {
+		return errors.New("pgstore: defer: query options (pgx.QueryExecMode, pgx.QueryResultFormats) cannot be used with a deferred statement")
+	}
+	st := attachState(lease)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return ErrLeaseFinished
+	}
+	st.deferred = append(st.deferred, deferredStmt{sql: sql, args: args})
+	return nil
+}
+
+// queueDeferred adds the deferred statements to b.
+func queueDeferred(b *pgx.Batch, deferred []deferredStmt) {
+	for _, d := range deferred {
+		b.Queue(d.sql, d.args...)
+	}
+}
+
+// completeDeferred sends the deferred statements and the fenced complete in
+// one pipeline on a pool connection: statements pipelined up to one Sync
+// run in one implicit transaction, so they commit together, or not at all
+// (completeTx raises when the fence matches nothing). No BEGIN or COMMIT is
+// needed.
+func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []deferredStmt, args []any) error {
+	b := &pgx.Batch{}
+	queueDeferred(b, deferred)
+	b.Queue(s.sql.completeTx, args...)
+	br := s.pool.SendBatch(ctx, b)
+	var err error
+	for range deferred {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	var waiters bool
+	if err == nil {
+		err = br.QueryRow().Scan(&waiters)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return s.completeFailed(ctx, f, err)
+	}
+	if waiters {
+		s.notify(ctx, f.Scope, f.Key)
+	}
+	return nil
+}
+
+// completeFailed reports a complete whose transaction did not commit: a lost
+// lease, a statement PostgreSQL refused (the writes certainly rolled back:
+// the key is released so a retry runs the handler again), or a connection
+// that failed (the outcome is not known: the key is marked failed if it is
+// still ours, which it is not if the commit landed).
+func (s *Store) completeFailed(ctx context.Context, f storekit.Fence, err error) error {
+	if isLeaseLost(err) {
+		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+	}
+	s.releaseAfterTxFailure(ctx, f)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Errorf("%w: %w", storekit.ErrNotCommitted, wrap(ctx, "complete (deferred statements)", err))
+	}
+	return wrap(ctx, "complete (in transaction)", err)
+}
