@@ -303,3 +303,42 @@ func TestDeferThroughEngine(t *testing.T) {
 		t.Fatalf("ledger rows %v after %d runs, want exactly 1", rows, runs)
 	}
 }
+
+// TestDeferExecModes: in every query mode a pool may be configured with
+// (the simple protocol sends the batch as one multi-statement query), the
+// deferred statements commit with the record, and a stale owner's roll back.
+func TestDeferExecModes(t *testing.T) {
+	for _, em := range []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{{"cache_statement", 0}, {"exec", pgx.QueryExecModeExec}, {"simple_protocol", pgx.QueryExecModeSimpleProtocol}} {
+		t.Run(em.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := pgstoretest.Config(t)
+			if em.mode != 0 {
+				cfg.ConnConfig.DefaultQueryExecMode = em.mode
+			}
+			s := newStore(t, pgstoretest.NewPool(t, cfg))
+			table := ledger(t, s)
+			req := claimReq("k1", 100*time.Millisecond)
+			staleCtx, staleFence := mustClaim(t, s, req)
+			if err := deferRow(staleCtx, table, req.Key); err != nil {
+				t.Fatal(err)
+			}
+			waitLapsed(t, s, req, staleFence)
+			newCtx, newFence := mustClaim(t, s, req)
+			if err := deferRow(newCtx, table, req.Key); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Complete(staleCtx, staleFence, storekit.StoredResponse{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
+				t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
+			}
+			if err := s.Complete(newCtx, newFence, storekit.StoredResponse{Status: 201, Body: []byte("new")}); err != nil {
+				t.Fatalf("new Complete: %v", err)
+			}
+			if got := ledgerRows(t, s, table, req.Key); len(got) != 1 || got[0] != newFence.Token {
+				t.Fatalf("ledger = %v, want exactly the new owner's row [%d]", got, newFence.Token)
+			}
+		})
+	}
+}

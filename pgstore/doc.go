@@ -45,6 +45,13 @@
 // wait for its WAL flush (the business commit flushes it), so it is one WAL
 // flush. See README.md, "Synchronous and asynchronous commits".
 //
+// Writes whose results the handler does not need before it answers (a
+// ledger row, an outbox message) can instead be queued with Defer: they
+// run when the engine commits the response, in its transaction and in the
+// same round trip as the fenced complete, so a first execution that writes
+// only that way is two round trips. A deferred statement that fails rolls
+// back everything with it and the key is released (storekit.ErrNotCommitted).
+//
 // # Waiting duplicates
 //
 // Store implements storekit.Watcher: in wait mode (core.WithWait) a duplicate

@@ -170,6 +170,25 @@ func TestTxRoundTrips(t *testing.T) {
 					if got := ledgerRows(t, s, table, k("k4")); len(got) != 1 {
 						t.Errorf("ledger rows after commit: %v, want one", got)
 					}
+
+					// Deferred writes travel with the complete: a first
+					// execution is two round trips.
+					count("claim 5", 1, claim(k("k5")))
+					count("Defer", 0, func() error { return deferRow(hctx, table, f.Key) })
+					count("Defer, a second statement", 0, func() error {
+						return Defer(hctx, "UPDATE "+table+" SET token = token WHERE key = $1", f.Key)
+					})
+					count("deferred statements + complete", 1, complete)
+					if got := ledgerRows(t, s, table, k("k5")); len(got) != 1 {
+						t.Errorf("ledger rows after a deferred commit: %v, want one", got)
+					}
+					count("claim 6", 1, claim(k("k6")))
+					count("handler 6", 1, handler)
+					count("Defer after Tx", 0, func() error { return deferRow(hctx, table, f.Key) })
+					count("deferred statements + complete + COMMIT", 1, complete)
+					if got := ledgerRows(t, s, table, k("k6")); len(got) != 2 {
+						t.Errorf("ledger rows after Tx and Defer: %v, want two", got)
+					}
 				}
 				if st := pool.Stat(); st.AcquiredConns() != 0 {
 					t.Errorf("%d connections still acquired", st.AcquiredConns())

@@ -13,9 +13,12 @@ import (
 )
 
 // pgLedger is the ledger table in the store's database and schema. Record
-// writes in pgstore.Tx(ctx), the transaction idem commits together with the
-// stored response: the row and the idempotency record are one atomic fact.
-// A stale owner's fenced commit fails and its row rolls back with it.
+// queues the row with pgstore.Defer: it is inserted in the transaction idem
+// commits together with the stored response, in the same round trip, so
+// the row and the idempotency record are one atomic fact and a first
+// execution costs two database round trips (claim, complete). A stale
+// owner's fenced commit fails and its row rolls back with it; a row the
+// database refuses fails the commit (500, key released), as with Tx.
 type pgLedger struct {
 	pool  *pgxpool.Pool
 	table string // quoted schema.payments
@@ -50,13 +53,10 @@ func (l *pgLedger) migrate(ctx context.Context) error {
 	})
 }
 
-// Record inserts the row in the execution's transaction.
+// Record queues the row's insert with pgstore.Defer: it runs in the
+// transaction that stores the response, in the same round trip.
 func (l *pgLedger) Record(ctx context.Context, user string, p Payment) error {
-	tx, err := pgstore.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+l.table+` (id, user_id, amount, currency, recipient, provider_charge_id)
+	err := pgstore.Defer(ctx, `INSERT INTO `+l.table+` (id, user_id, amount, currency, recipient, provider_charge_id)
 VALUES ($1, $2, $3, $4, $5, $6)`, p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID)
 	if err != nil {
 		return fmt.Errorf("ledger: insert: %w", err)

@@ -392,8 +392,9 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 	}
 	opts := []pgstore.Option{
 		pgstore.WithSchema(schema),
-		// The ledger row is written in pgstore.Tx (transactional mode) but
-		// the claims stay synchronous: every execution relays a key to the
+		// The ledger row is queued with pgstore.Defer (it commits with the
+		// stored response, in the complete's round trip) but the claims
+		// stay synchronous: every execution relays a key to the
 		// provider, and an asynchronous claim (WithTransactional) must then
 		// be made durable before the key leaves (SyncClaim: one more round
 		// trip and row version, the same number of WAL flushes). Issue 21.
