@@ -120,9 +120,24 @@ func (s *Store) completeFailed(ctx context.Context, f storekit.Fence, err error)
 		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 	}
 	s.releaseAfterTxFailure(ctx, f)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if statementRefused(err) {
 		return fmt.Errorf("%w: %w", storekit.ErrNotCommitted, wrap(ctx, "complete (deferred statements)", err))
 	}
 	return wrap(ctx, "complete (in transaction)", err)
+}
+
+// statementRefused reports whether err is PostgreSQL refusing a statement
+// (severity ERROR), which aborts the transaction: nothing of it committed.
+// A FATAL (the backend terminated, possibly after the commit, before its
+// answer) or a lost connection leaves the outcome unknown.
+func statementRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "ERROR"
 }

@@ -21,8 +21,8 @@ import (
 // test's. Lapse, Expire, Audit and Kill run on a second pool.
 //
 // Transactional: the store runs WithTransactional, and every Complete and
-// Fail comes after a ledger write in the lease's transaction (pgstore.Tx);
-// Audit reads the ledger.
+// Fail comes after a ledger write in the lease's transaction (pgstore.Tx,
+// or pgstore.Defer for even tokens); Audit reads the ledger.
 func pgEnvs(t *testing.T, transactional bool) func(h int) *Env {
 	t.Helper()
 	var b [6]byte
@@ -78,6 +78,12 @@ WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 
 			return env
 		}
 		env.BusinessWrite = func(ctx context.Context, f storekit.Fence) error {
+			const insert = "INSERT INTO %s (scope, key, token) VALUES ($1, $2, $3)"
+			if f.Token%2 == 0 {
+				// Half the leases queue the row with Defer: it travels
+				// with the complete (or is dropped by Fail).
+				return pgstore.Defer(ctx, fmt.Sprintf(insert, ledger), f.Scope, f.Key, f.Token)
+			}
 			tx, err := pgstore.Tx(ctx)
 			if err != nil {
 				return err
