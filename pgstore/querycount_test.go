@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +234,45 @@ func TestQueryCountsOptimisticClaim(t *testing.T) {
 	res = count("claim (replay)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
 		t.Fatalf("replay: %+v", res)
+	}
+
+	// A retry storm: once a quarter of recent claims find their key, the
+	// store calls the claim function directly (one statement per replay)...
+	n := 1
+	for ; n < 100 && s.mix.insertFirst(); n++ {
+		count("claim (replay in a storm)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+	}
+	if s.mix.insertFirst() {
+		t.Fatalf("still inserting first after %d replays in a row", n)
+	}
+	if n < 5 {
+		t.Errorf("switched after %d replays: one retry should not flip the strategy", n)
+	}
+	for range 3 {
+		res = count("claim (replay, function first)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+		if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
+			t.Fatalf("replay, function first: %+v", res)
+		}
+	}
+	// ...and goes back to the bare insert when new keys dominate again.
+	for i := 0; !s.mix.insertFirst(); i++ {
+		if i == 100 {
+			t.Fatal("still calling the function first after 100 new keys")
+		}
+		res := count("claim (new key, function first)", 1, func() (storekit.ClaimResult, error) {
+			return s.Claim(ctx, claimReq(fmt.Sprintf("new-%d", i), time.Minute))
+		})
+		if !res.Claimed || !res.Fresh {
+			t.Fatalf("new key, function first: %+v", res)
+		}
+	}
+	res = count("claim (new key, inserting first again)", 1, func() (storekit.ClaimResult, error) {
+		return s.Claim(ctx, claimReq("after-the-storm", time.Minute))
+	})
+	if !res.Claimed || !res.Fresh {
+		t.Fatalf("new key after the storm: %+v", res)
+	}
+	if sqls, _ := tr.snapshot(); len(sqls) != 1 || !strings.Contains(sqls[0], "ON CONFLICT (scope, key) DO NOTHING") {
+		t.Errorf("after the storm the claim sent %q, want the bare insert", sqls)
 	}
 }

@@ -34,6 +34,10 @@ type Store struct {
 	schemaVersion int
 	schemaOK      atomic.Bool
 
+	// mix: with WithInsertFirst, how often claims find their key existing
+	// (claimmix.go).
+	mix claimMix
+
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.
 	binaryClaim bool
@@ -215,12 +219,30 @@ const claimRaces = 4
 // as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
 	if s.cfg.optimisticClaim {
-		cr, inserted, err := s.claimNew(ctx, req)
-		if err != nil || inserted {
+		if s.mix.insertFirst() {
+			cr, inserted, err := s.claimNew(ctx, req)
+			if err != nil {
+				return cr, err
+			}
+			if inserted {
+				s.mix.observe(false)
+				return cr, nil
+			}
+			// The key exists: the claim-or-read statement decides, as always.
+			s.mix.observe(true)
+		} else {
+			cr, err := s.claimFn(ctx, req)
+			if err == nil {
+				s.mix.observe(!cr.claimed || !cr.rec.CreatedAt.Equal(cr.now))
+			}
 			return cr, err
 		}
-		// The key exists: the claim-or-read statement decides, as always.
 	}
+	return s.claimFn(ctx, req)
+}
+
+// claimFn runs the claim function (see claimRow).
+func (s *Store) claimFn(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
 	if !s.binaryClaim {
 		var cr claimRow
 		row := s.pool.QueryRow(ctx, s.sql.claimText,
