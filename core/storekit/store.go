@@ -26,11 +26,13 @@ var (
 	ErrLeaseLost = errors.New("idem: lease lost")
 	// ErrNotFound means no record exists for (scope, key).
 	ErrNotFound = errors.New("idem: record not found")
-	// ErrNotCommitted means Complete refused to record the response: the
-	// handler ended the store's transaction itself and its writes did not
-	// commit, so the response would describe writes that never landed. The
-	// store released the key (a retry runs the handler again); the engine
-	// answers 500 (handler-error), not the handler's response.
+	// ErrNotCommitted means Complete did not record the response because
+	// the handler's writes did not commit: the handler ended the store's
+	// transaction itself, or the database refused a write queued to commit
+	// with the response (pgstore.Defer). The response would describe writes
+	// that never landed. The store released the key (a retry runs the
+	// handler again); the engine answers 500 (handler-error), not the
+	// handler's response.
 	ErrNotCommitted = errors.New("idem: the handler's writes did not commit")
 )
 
