@@ -214,9 +214,9 @@ func TestDeferStaleOwnerWritesVanish(t *testing.T) {
 		t.Run(map[bool]string{false: "deferred only", true: "after Tx"}[withTx], func(t *testing.T) {
 			db := mysqlstoretest.NewDB(t, "")
 			s := openStore(t, db)
-			// A store whose clock runs an hour ahead finds the lease lapsed
+			// A store whose clock runs 10 minutes ahead finds the lease lapsed
 			// and takes the key over.
-			later := openStore(t, db, withClockOffset(time.Hour))
+			later := openStore(t, db, withClockOffset(10*time.Minute))
 			ledgerTable(t, db)
 			req := claimReq("k1", time.Minute)
 			staleCtx, stale := handlerCtx(t, s, req)
