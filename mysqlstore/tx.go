@@ -308,7 +308,6 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f st
 		if len(deferred) > 0 {
 			return s.completeDeferredAfterHandlerCommitted(ctx, f, deferred, args)
 		}
-		defer s.dropMark(ctx, f.Token)
 	}
 	// The writes committed (or a read-only transaction had none): the
 	// plain fenced update, or the deferred statements' transaction.
@@ -317,7 +316,13 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f st
 	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {
+		// The mark stays: if the record is still processing, the claim
+		// that takes the lapsed lease over finds it and completes the
+		// record as not retained instead of running the handler again.
 		return wrap(ctx, "complete", err)
+	}
+	if marked {
+		s.dropMark(ctx, f.Token)
 	}
 	if !ok {
 		return fmt.Errorf("mysqlstore: complete: %w", core.ErrLeaseLost)
@@ -334,8 +339,13 @@ func (s *Store) failAfterHandlerCommitted(ctx context.Context, f storekit.Fence)
 	if err != nil || !committed {
 		return false, err
 	}
-	defer s.dropMark(ctx, f.Token)
-	return true, s.completeNotRetained(ctx, f)
+	err = s.completeNotRetained(ctx, f)
+	if err == nil || errors.Is(err, core.ErrLeaseLost) {
+		// Otherwise the mark stays, for the claim that takes the lapsed
+		// lease over (see completeAfterHandlerEnded).
+		s.dropMark(ctx, f.Token)
+	}
+	return true, err
 }
 
 // completeNotRetained completes the record of f as not retained (retries
