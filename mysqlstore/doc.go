@@ -38,6 +38,14 @@
 // that ends the transaction itself gets its response recorded only if its
 // writes committed (a commit mark in the transaction tells; see Tx).
 //
+// Writes whose results the handler does not need before it answers (a
+// ledger row, an outbox message) can instead be queued with Defer: they run
+// when the engine commits the response, in its transaction (Tx's, or one
+// Complete begins for them), so no transaction is open and no connection is
+// held while the handler runs. A deferred statement the server refuses
+// rolls back everything with it and the key is released
+// (storekit.ErrNotCommitted).
+//
 // # Galera
 //
 // A deadlock or certification conflict (error 1213) on a claim is retried

@@ -92,7 +92,9 @@ func (cc *countingConn) Write(p []byte) (int, error) {
 // the wire: one for each of claim (new, in flight, takeover, replay: the
 // CALL), heartbeat, complete, fail and get; in transactional mode one
 // (START TRANSACTION) when the handler first asks for the transaction, and
-// at commit the fenced UPDATE plus COMMIT on the business transaction.
+// at commit the fenced UPDATE plus COMMIT on the business transaction;
+// with Defer, one more per deferred statement at commit, and without Tx
+// START TRANSACTION too.
 func TestQueryCounts(t *testing.T) {
 	tr := &commandCounter{}
 	cfg := mysqlstoretest.Database(t, "")
@@ -194,9 +196,36 @@ func TestQueryCounts(t *testing.T) {
 	phase("Tx (START TRANSACTION + commit mark) 2", 2, func() error { _, err := Tx(hctx); return err })
 	phase("fail in tx (ROLLBACK + UPDATE)", 2, func() error { return s.Fail(hctx, f) })
 
+	// Deferred writes: nothing at Defer; at Complete, one round trip per
+	// statement (database/sql cannot pipeline), in a transaction of their
+	// own without Tx.
+	claimHandler := func(key string) {
+		txReq.Key = key
+		phase("claim ("+key+")", 1, func() error {
+			res, err := s.Claim(ctx, txReq)
+			f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
+			hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
+			return err
+		})
+	}
+	claimHandler("defer")
+	phase("Defer (no statement)", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('defer')") })
+	phase("complete with a deferred statement (START TRANSACTION + UPDATE + INSERT + COMMIT)", 4, func() error {
+		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
+	})
+	claimHandler("tx-defer")
+	phase("Tx (START TRANSACTION + commit mark) 3", 2, func() error { _, err := Tx(hctx); return err })
+	phase("Defer in tx (no statement)", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('tx-defer')") })
+	phase("complete in tx with a deferred statement (DELETE mark + UPDATE + INSERT + COMMIT)", 4, func() error {
+		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
+	})
+	claimHandler("defer-fail")
+	phase("Defer (no statement) 2", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('defer-fail')") })
+	phase("fail with a deferred statement (UPDATE)", 1, func() error { return s.Fail(hctx, f) })
+
 	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM ledger").Scan(&n); err != nil || n != 1 {
-		t.Errorf("ledger rows = %d (%v), want 1: the completed transaction's row only", n, err)
+	if err := db.QueryRow("SELECT COUNT(*) FROM ledger").Scan(&n); err != nil || n != 3 {
+		t.Errorf("ledger rows = %d (%v), want 3: the completed transactions' rows only", n, err)
 	}
 }
 

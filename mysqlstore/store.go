@@ -469,10 +469,12 @@ func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
 // Complete implements core.Store: one fenced UPDATE.
 //
 // When ctx carries the lease for f and Tx began a transaction for it, the
-// fenced UPDATE runs inside that transaction, which is then committed: the
-// handler's writes and the stored response become one atomic fact. If the
-// fence no longer matches, the transaction is rolled back (the handler's
-// writes vanish) and ErrLeaseLost is returned.
+// fenced UPDATE runs inside that transaction, followed by the statements
+// queued by Defer, and the transaction is then committed: the handler's
+// writes and the stored response become one atomic fact. Without Tx,
+// deferred statements get a transaction of their own with the fenced
+// UPDATE. If the fence no longer matches, the transaction is rolled back
+// (the handler's writes vanish) and ErrLeaseLost is returned.
 func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	const op = "complete"
 	if err := ctx.Err(); err != nil {
@@ -484,8 +486,12 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 		return fmt.Errorf("mysqlstore: complete: invalid response status %d", resp.Status)
 	}
 	args := completeArgs(f, resp)
-	if tx, marked := s.takeTx(ctx, f); tx != nil {
-		return s.completeInTx(ctx, tx, marked, f, args)
+	tx, marked, deferred := s.takeTx(ctx, f)
+	if tx != nil {
+		return s.completeInTx(ctx, tx, marked, f, deferred, args)
+	}
+	if len(deferred) > 0 {
+		return s.completeDeferred(ctx, f, deferred, args)
 	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {
@@ -498,9 +504,10 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 }
 
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
-// this lease is rolled back first. If the handler had committed that
-// transaction itself, the record is completed as not retained instead of
-// failed (see Tx): its writes must not run again.
+// this lease is rolled back first; statements queued by Defer are dropped.
+// If the handler had committed that transaction itself, the record is
+// completed as not retained instead of failed (see Tx): its writes must not
+// run again.
 func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
 	if s.abandonTx(ctx, f) {

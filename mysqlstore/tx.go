@@ -14,11 +14,11 @@ import (
 )
 
 var (
-	// ErrNoLease is returned by Tx when ctx does not belong to a handler
-	// that idem let proceed (no core.Lease in the context).
+	// ErrNoLease is returned by Tx and Defer when ctx does not belong to a
+	// handler that idem let proceed (no core.Lease in the context).
 	ErrNoLease = errors.New("mysqlstore: no idem lease in context: Tx must be called with the context of a handler idem let proceed")
-	// ErrLeaseFinished is returned by Tx when the lease was already
-	// completed or failed: its transaction, if any, is over.
+	// ErrLeaseFinished is returned by Tx and Defer when the lease was
+	// already completed or failed: its transaction, if any, is over.
 	ErrLeaseFinished = errors.New("mysqlstore: the lease is finished; its transaction was committed or rolled back")
 	// ErrTxRolledBack is returned by Complete when the handler ended the
 	// transaction Tx handed it (a Rollback, often a deferred one, or a
@@ -36,14 +36,16 @@ const markTTL = 24 * time.Hour
 // txKey is the lease attachment under which the transaction state lives.
 type txKey struct{}
 
-// txState is attached to a lease once (by Tx or by Complete/Fail) and never
-// removed: after Complete or Fail it stays as a tombstone (done, no tx), so a
-// late Tx call from a leaked handler goroutine gets ErrLeaseFinished instead
-// of opening a transaction nobody will ever end.
+// txState is attached to a lease once (by Tx, Defer or Complete/Fail) and
+// never removed: after Complete or Fail it stays as a tombstone (done, no tx,
+// nothing deferred), so a late Tx or Defer call from a leaked handler
+// goroutine gets ErrLeaseFinished instead of opening a transaction nobody
+// will ever end or queueing a statement nobody will ever send.
 type txState struct {
-	mu   sync.Mutex
-	tx   *sql.Tx
-	done bool
+	mu       sync.Mutex
+	tx       *sql.Tx
+	deferred []deferredStmt // Defer's, in order
+	done     bool
 	// marked: the transaction's first statement inserted the commit mark
 	// (every transaction but a read-only one).
 	marked bool
@@ -194,31 +196,33 @@ func attachState(lease *core.Lease) *txState {
 }
 
 // takeTx finishes the lease's transaction state for fence f and returns the
-// open transaction, if one was begun, and whether it carries a commit mark.
-// It returns nil when ctx carries no lease of this store for f. Either way,
-// from now on Tx refuses to begin one.
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool) {
+// open transaction, if one was begun, whether it carries a commit mark, and
+// the statements queued by Defer. It returns nil, false, nil when ctx
+// carries no lease of this store for f. Either way, from now on Tx and Defer
+// refuse.
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []deferredStmt) {
 	lease, ok := core.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
-		return nil, false
+		return nil, false, nil
 	}
 	if storeOf(lease) != s {
-		return nil, false
+		return nil, false, nil
 	}
 	st := attachState(lease)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.done = true
-	tx := st.tx
-	st.tx = nil
-	return tx, st.marked
+	tx, deferred := st.tx, st.deferred
+	st.tx, st.deferred = nil, nil
+	return tx, st.marked, deferred
 }
 
-// abandonTx rolls back the lease's transaction for f, if any. It reports
-// whether the handler had ended a marked transaction itself (the rollback
-// found it done): then whether its writes committed is for the mark to say.
+// abandonTx rolls back the lease's transaction for f, if any, and drops the
+// deferred statements. It reports whether the handler had ended a marked
+// transaction itself (the rollback found it done): then whether its writes
+// committed is for the mark to say.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
-	tx, marked := s.takeTx(ctx, f)
+	tx, marked, _ := s.takeTx(ctx, f)
 	if tx == nil {
 		return false
 	}
@@ -229,10 +233,10 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 }
 
 // completeInTx deletes the commit mark, runs the fenced complete inside the
-// handler's transaction and commits it; on any failure the transaction is
-// rolled back. (The mark is deleted before the commit: on this path it never
-// lands. Delete and complete are two round trips: the driver sends one
-// statement at a time.)
+// handler's transaction, then the deferred statements, and commits it; on
+// any failure the transaction is rolled back. (The mark is deleted before
+// the commit: on this path it never lands. Delete and complete are two round
+// trips: the driver sends one statement at a time.)
 //
 // When it fails for a reason other than a lost lease, it also marks the
 // record failed (fenced, best effort), so a retry may run the handler again
@@ -241,8 +245,9 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // back with it. On Galera the COMMIT itself may fail certification (1213):
 // same path, the writes did not land. (If the connection died during COMMIT
 // and the commit did land, the record is completed and the fenced fail
-// matches nothing.)
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, args []any) error {
+// matches nothing.) A deferred statement the server refused is reported
+// with storekit.ErrNotCommitted (completeFailed).
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
 	var err error
 	if marked {
 		_, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token))
@@ -260,20 +265,22 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		// The handler committed or rolled back the transaction itself.
-		return s.completeAfterHandlerEnded(ctx, marked, f, args)
+		return s.completeAfterHandlerEnded(ctx, marked, f, deferred, args)
 	}
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
 	}
-	if err != nil {
-		_ = tx.Rollback()
-		s.releaseAfterTxFailure(ctx, f)
-		return wrap(ctx, "complete (in transaction)", err)
-	}
-	if n == 0 {
+	if err == nil && n == 0 {
 		_ = tx.Rollback()
 		return fmt.Errorf("mysqlstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+	}
+	if err == nil {
+		err = runDeferred(ctx, tx, deferred)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return s.completeFailed(ctx, f, err)
 	}
 	if err := tx.Commit(); err != nil {
 		s.releaseAfterTxFailure(ctx, f)
@@ -284,8 +291,9 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 
 // completeAfterHandlerEnded completes a record whose handler ended the
 // lease transaction itself (see Tx): recorded only if the commit mark says
-// the writes committed; otherwise released, and ErrTxRolledBack.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, args []any) error {
+// the writes committed (with the deferred statements, in a transaction of
+// their own); otherwise released, and ErrTxRolledBack.
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {
@@ -297,13 +305,24 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f st
 			s.releaseAfterTxFailure(ctx, f)
 			return fmt.Errorf("mysqlstore: complete: %w", ErrTxRolledBack)
 		}
-		defer s.dropMark(ctx, f.Token)
+		if len(deferred) > 0 {
+			return s.completeDeferredAfterHandlerCommitted(ctx, f, deferred, args)
+		}
 	}
 	// The writes committed (or a read-only transaction had none): the
-	// plain fenced update.
+	// plain fenced update, or the deferred statements' transaction.
+	if len(deferred) > 0 {
+		return s.completeDeferred(ctx, f, deferred, args)
+	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {
+		// The mark stays: if the record is still processing, the claim
+		// that takes the lapsed lease over finds it and completes the
+		// record as not retained instead of running the handler again.
 		return wrap(ctx, "complete", err)
+	}
+	if marked {
+		s.dropMark(ctx, f.Token)
 	}
 	if !ok {
 		return fmt.Errorf("mysqlstore: complete: %w", core.ErrLeaseLost)
@@ -320,15 +339,27 @@ func (s *Store) failAfterHandlerCommitted(ctx context.Context, f storekit.Fence)
 	if err != nil || !committed {
 		return false, err
 	}
-	defer s.dropMark(ctx, f.Token)
+	err = s.completeNotRetained(ctx, f)
+	if err == nil || errors.Is(err, core.ErrLeaseLost) {
+		// Otherwise the mark stays, for the claim that takes the lapsed
+		// lease over (see completeAfterHandlerEnded).
+		s.dropMark(ctx, f.Token)
+	}
+	return true, err
+}
+
+// completeNotRetained completes the record of f as not retained (retries
+// answer 409 not-retained): the end of an execution whose writes committed
+// but whose response must not be recorded.
+func (s *Store) completeNotRetained(ctx context.Context, f storekit.Fence) error {
 	ok, err := s.fenced(ctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
 	if err != nil {
-		return true, err
+		return err
 	}
 	if !ok {
-		return true, core.ErrLeaseLost
+		return core.ErrLeaseLost
 	}
-	return true, nil
+	return nil
 }
 
 func (s *Store) releaseAfterTxFailure(ctx context.Context, f storekit.Fence) {

@@ -300,3 +300,61 @@ func TestTxReadOnlyUnmarked(t *testing.T) {
 		t.Errorf("%d marks, want 0", n)
 	}
 }
+
+// TestTxMarkKeptWhenEndFails: a handler committed its transaction itself,
+// then the Complete or Fail that would end its record fails (here a lock
+// wait timeout on the record's row). The commit mark must stay: the claim
+// that takes the lapsed lease over finds it and completes the record as not
+// retained instead of running the handler (and its committed writes) again.
+func TestTxMarkKeptWhenEndFails(t *testing.T) {
+	for _, end := range []string{"complete", "fail"} {
+		t.Run(end, func(t *testing.T) {
+			cfg := mysqlstoretest.Database(t, "")
+			cfg.Params = map[string]string{"innodb_lock_wait_timeout": "1"}
+			db := mysqlstoretest.Open(t, cfg)
+			s := openStore(t, db, WithDeadlockRetries(0))
+			ledgerTable(t, db)
+			req := claimReq("k", time.Minute)
+			hctx, f := handlerCtx(t, s, req)
+			if err := book(hctx, "k", f.Token); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := Tx(hctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			// Another session holds the record's row: the fenced update
+			// times out.
+			lock, err := db.BeginTx(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lock.Exec("SELECT token FROM idem_records WHERE scope = ? AND `key` = ? FOR UPDATE", req.Scope, req.Key); err != nil {
+				t.Fatal(err)
+			}
+			if end == "complete" {
+				err = s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
+			} else {
+				err = s.Fail(hctx, f)
+			}
+			if rerr := lock.Rollback(); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if err == nil || errors.Is(err, core.ErrLeaseLost) {
+				t.Fatalf("%s = %v, want the lock wait timeout", end, err)
+			}
+			if n := markRows(t, db); n != 1 {
+				t.Fatalf("%d commit marks after the failed %s, want 1", n, end)
+			}
+			later := openStore(t, db, withClockOffset(10*time.Minute))
+			res, err := later.Claim(t.Context(), req)
+			if err != nil || res.Claimed || res.Record.Status != storekit.StatusCompleted ||
+				res.Record.Response == nil || !res.Record.Response.NotRetained {
+				t.Fatalf("takeover = %+v, %v; want no claim, completed as not retained", res, err)
+			}
+		})
+	}
+}
