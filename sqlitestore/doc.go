@@ -36,6 +36,13 @@
 // rolls back the transaction itself is caught by a commit mark, as in
 // mysqlstore (storekit.ErrNotCommitted).
 //
+// Writes whose results the handler does not need before it answers (a
+// ledger row, an outbox message) can instead be queued with Defer: they
+// run when the engine commits the response, in its transaction (the Tx
+// one, or a write transaction Complete begins), so the write lock is not
+// held while the handler runs. A deferred statement that fails rolls back
+// everything with it and the key is released (storekit.ErrNotCommitted).
+//
 // # Limits
 //
 // One host. Several processes may open the same file (tested: two

@@ -74,7 +74,9 @@ func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
 // Complete implements core.Store: one fenced UPDATE. When ctx carries the
 // lease for f and Tx began a transaction for it, the UPDATE runs inside
 // that transaction, which is then committed: the handler's writes and the
-// stored response are one atomic fact (see Tx).
+// stored response are one atomic fact (see Tx). Statements queued by Defer
+// run in that transaction after it, or, without one, in a write
+// transaction Complete begins for them and the UPDATE.
 func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	const op = "complete"
 	if err := ctx.Err(); err != nil {
@@ -87,8 +89,12 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 	}
 	defer s.watch.notify(f.Scope, f.Key)
 	args := completeArgs(f, resp)
-	if tx, marked := s.takeTx(ctx, f); tx != nil {
-		return s.completeInTx(ctx, tx, marked, f, args)
+	tx, marked, deferred := s.takeTx(ctx, f)
+	if tx != nil {
+		return s.completeInTx(ctx, tx, marked, f, deferred, args)
+	}
+	if len(deferred) > 0 {
+		return s.completeDeferred(ctx, f, deferred, args, false)
 	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {
@@ -101,8 +107,9 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 }
 
 // Fail implements core.Store: one fenced UPDATE. A transaction begun by Tx
-// for this lease is rolled back first; if the handler had committed it
-// itself, the record is completed as not retained instead (see Tx).
+// for this lease is rolled back first, and statements queued by Defer are
+// dropped; if the handler had committed it itself, the record is completed
+// as not retained instead (see Tx).
 func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
 	defer s.watch.notify(f.Scope, f.Key)

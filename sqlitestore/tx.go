@@ -13,11 +13,11 @@ import (
 )
 
 var (
-	// ErrNoLease is returned by Tx when ctx does not belong to a handler
-	// that idem let proceed (no core.Lease in the context).
+	// ErrNoLease is returned by Tx and Defer when ctx does not belong to a
+	// handler that idem let proceed (no core.Lease in the context).
 	ErrNoLease = errors.New("sqlitestore: no idem lease in context: Tx must be called with the context of a handler idem let proceed")
-	// ErrLeaseFinished is returned by Tx when the lease was already
-	// completed or failed: its transaction, if any, is over.
+	// ErrLeaseFinished is returned by Tx and Defer when the lease was
+	// already completed or failed: its transaction, if any, is over.
 	ErrLeaseFinished = errors.New("sqlitestore: the lease is finished; its transaction was committed or rolled back")
 	// ErrTxRolledBack is returned by Complete when the handler ended the
 	// transaction Tx handed it so that its writes did not commit: the
@@ -41,13 +41,14 @@ const rollbackTimeout = 5 * time.Second
 type txKey struct{}
 
 // txState is attached to a lease once and never removed: after Complete
-// or Fail it stays as a tombstone (done, no tx), so a late Tx call gets
-// ErrLeaseFinished.
+// or Fail it stays as a tombstone (done, no tx, no deferred statements),
+// so a late Tx or Defer call gets ErrLeaseFinished.
 type txState struct {
-	mu     sync.Mutex
-	tx     *sql.Tx
-	done   bool
-	marked bool
+	mu       sync.Mutex
+	tx       *sql.Tx
+	deferred []deferredStmt // Defer's, in order
+	done     bool
+	marked   bool
 }
 
 // Tx returns the business transaction of the current idem execution,
@@ -180,11 +181,12 @@ func (s *Store) heartbeatInTx(ctx context.Context, f storekit.Fence, args []any)
 }
 
 // takeTx finishes the lease's transaction state for f and returns the open
-// transaction, if any, and whether it carries a commit mark. The state is
-// found through ctx's lease, or else through the store's table of open
-// transactions (a Complete on a context without the lease must still end
-// the transaction: it holds the write lock the plain UPDATE would wait for).
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool) {
+// transaction, if any, whether it carries a commit mark, and the statements
+// queued by Defer. The state is found through ctx's lease, or else through
+// the store's table of open transactions (a Complete on a context without
+// the lease must still end the transaction: it holds the write lock the
+// plain UPDATE would wait for). From now on Tx and Defer refuse.
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []deferredStmt) {
 	s.txMu.Lock()
 	st := s.txs[f]
 	delete(s.txs, f)
@@ -193,20 +195,21 @@ func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool) {
 		st = attachState(lease)
 	}
 	if st == nil {
-		return nil, false
+		return nil, false, nil
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.done = true
-	tx := st.tx
-	st.tx = nil
-	return tx, st.marked
+	tx, deferred := st.tx, st.deferred
+	st.tx, st.deferred = nil, nil
+	return tx, st.marked, deferred
 }
 
-// abandonTx rolls back the lease's transaction for f, if any, and reports
-// whether the handler had ended a marked transaction itself.
+// abandonTx rolls back the lease's transaction for f, if any, drops the
+// deferred statements, and reports whether the handler had ended a marked
+// transaction itself.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
-	tx, marked := s.takeTx(ctx, f)
+	tx, marked, _ := s.takeTx(ctx, f)
 	if tx == nil {
 		return false
 	}
@@ -214,9 +217,12 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 	return marked && errors.Is(err, sql.ErrTxDone)
 }
 
-// completeInTx deletes the commit mark, runs the fenced complete inside the
-// handler's transaction and commits it; on any failure it rolls back and
-// releases the key (the handler's writes rolled back with it).
+// completeInTx deletes the commit mark, runs the fenced complete and then
+// the deferred statements inside the handler's transaction, and commits
+// it; on any failure it rolls back and releases the key (the handler's
+// writes rolled back with it). The complete runs before the deferred
+// statements so that a lost lease is found before any of them runs; in one
+// transaction the order makes no other difference.
 //
 // SQLite ends a transaction on its own when one of its write statements is
 // interrupted (modernc.org/sqlite interrupts a statement whose context is
@@ -227,7 +233,7 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // the response is refused (ErrTxRolledBack) before anything else runs.
 // The store's own statements here run without ctx's cancellation, so that
 // an interrupt cannot split them.
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
 	sctx := context.WithoutCancel(ctx)
 	var err error
 	if marked {
@@ -245,7 +251,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		res, err = tx.ExecContext(sctx, s.sql.complete, args...)
 	}
 	if errors.Is(err, sql.ErrTxDone) {
-		return s.completeAfterHandlerEnded(ctx, marked, f, args)
+		return s.completeAfterHandlerEnded(ctx, marked, f, deferred, args)
 	}
 	var n int64
 	if err == nil {
@@ -260,6 +266,11 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		_ = tx.Rollback()
 		return fmt.Errorf("sqlitestore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 	}
+	if err := execDeferred(sctx, tx, deferred); err != nil {
+		_ = tx.Rollback()
+		s.releaseAfterTxFailure(ctx, f)
+		return deferredFailed(ctx, err)
+	}
 	if err := tx.Commit(); err != nil {
 		s.releaseAfterTxFailure(ctx, f)
 		return wrap(ctx, "complete: commit", err)
@@ -268,8 +279,11 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 }
 
 // completeAfterHandlerEnded records the response only if the commit mark
-// says the handler's writes committed; otherwise releases the key.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, args []any) error {
+// says the handler's writes committed; otherwise releases the key. Deferred
+// statements then run with the fenced complete in a transaction of their
+// own; if they fail, the handler's writes stand and the record is completed
+// as not retained.
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {
@@ -280,6 +294,10 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f st
 			return fmt.Errorf("sqlitestore: complete: %w", ErrTxRolledBack)
 		}
 		defer s.dropMark(ctx, f.Token)
+	}
+	if len(deferred) > 0 {
+		// marked: the handler's writes committed (a read-only Tx has none).
+		return s.completeDeferred(ctx, f, deferred, args, marked)
 	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {

@@ -13,9 +13,12 @@ import (
 )
 
 // sqliteLedger is the ledger table in the store's SQLite file. Record
-// writes in sqlitestore.Tx(ctx), the transaction idem commits together with
-// the stored response: the row and the idempotency record are one atomic
-// fact, and a stale owner's row rolls back with its fenced commit.
+// queues the row with sqlitestore.Defer: it is inserted in the transaction
+// idem commits together with the stored response, so the row and the
+// idempotency record are one atomic fact, and SQLite's only write lock is
+// taken at that commit, not held while the handler runs. A stale owner's
+// fenced commit fails and its row rolls back with it; a row the database
+// refuses fails the commit (500, key released), as with Tx.
 type sqliteLedger struct {
 	db *sql.DB
 }
@@ -105,13 +108,10 @@ CREATE INDEX IF NOT EXISTS payments_user_idx ON payments (user_id, created_at, i
 	return err
 }
 
-// Record inserts the row in the execution's transaction.
+// Record queues the row's insert with sqlitestore.Defer: it runs in the
+// transaction that stores the response.
 func (l *sqliteLedger) Record(ctx context.Context, user string, p Payment) error {
-	tx, err := sqlitestore.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO payments (id, user_id, amount, currency, recipient, provider_charge_id) VALUES (?, ?, ?, ?, ?, ?)",
+	err := sqlitestore.Defer(ctx, "INSERT INTO payments (id, user_id, amount, currency, recipient, provider_charge_id) VALUES (?, ?, ?, ?, ?, ?)",
 		p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID)
 	if err != nil {
 		return fmt.Errorf("ledger: insert: %w", err)

@@ -86,8 +86,8 @@ type providerCharge struct {
 // CreatePayment handles POST /v1/payments for user with the request body.
 // It must run under idem (ctx carries the lease): the provider gets
 // core.RelayKey(ctx, "charge") and the ledger row is written in the
-// execution (pgstore.Defer in PostgreSQL mode). It returns the status and the
-// JSON body to send; see contentType.
+// execution (pgstore.Defer in PostgreSQL mode, sqlitestore.Defer in SQLite
+// mode). It returns the status and the JSON body to send; see contentType.
 //
 //   - 400: the body is not {"amount": integer > 0, "currency", "to"}; final,
 //     so idem stores and replays it like any final response.

@@ -1,0 +1,180 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+)
+
+// deferredStmt is one statement queued by Defer.
+type deferredStmt struct {
+	query string
+	args  []any
+}
+
+// Defer queues a write of the current idem execution to run when idem
+// stores its response, in the same transaction as the stored response. It
+// is for business writes whose result the handler does not need before it
+// answers: a ledger row, an outbox message, a counter. Unlike Tx, it takes
+// no lock while the handler runs: SQLite's only write lock is held for the
+// complete's own short transaction, not during the handler's provider
+// call or other slow work, so other keys' claims and completions (in every
+// process) do not wait for the handler. It sends nothing and takes no
+// connection.
+//
+// ctx is the handler's context, as for Tx, which returns the same errors
+// (ErrNoLease, ErrLeaseFinished). What happens to a queued statement:
+//
+//   - It runs only if the engine completes the key with the handler's
+//     response (a final status). When the key is released instead (a
+//     retryable status, a handler error or panic, a client that went away),
+//     it never runs.
+//   - Statements run in the order they were queued, after everything the
+//     handler ran through Tx, in Tx's transaction if the handler began one;
+//     otherwise Complete begins a write transaction for them and the
+//     fenced complete.
+//   - If one fails (a constraint, an error it raises) the whole transaction
+//     rolls back: the other queued statements, the writes made through Tx
+//     and the response are not stored. The key is released (a retry runs
+//     the handler again) and the engine answers 500 instead of the
+//     handler's response; the error wraps storekit.ErrNotCommitted and is
+//     logged by the engine.
+//   - If the lease was lost meanwhile, it rolls back with the rest (the
+//     complete fails with core.ErrLeaseLost).
+//
+// args are converted when the statement runs, not when it is queued: do
+// not modify a slice or map passed as an argument after queueing it. A
+// deferred statement must not end the transaction (COMMIT, ROLLBACK, END).
+func Defer(ctx context.Context, query string, args ...any) error {
+	lease, ok := core.LeaseFromContext(ctx)
+	if !ok {
+		return ErrNoLease
+	}
+	if storeOf(lease) == nil {
+		return fmt.Errorf("sqlitestore: defer: the lease was granted by %T, not by a *sqlitestore.Store (or a store whose Unwrap returns one)", lease.Store())
+	}
+	st := attachState(lease)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return ErrLeaseFinished
+	}
+	st.deferred = append(st.deferred, deferredStmt{query: query, args: args})
+	return nil
+}
+
+// execDeferred runs the deferred statements on tx, in order, and stops at
+// the first that fails. Not interruptible (sctx): an interrupted write
+// would make SQLite end the transaction behind database/sql's back.
+func execDeferred(sctx context.Context, tx *sql.Tx, deferred []deferredStmt) error {
+	for i, d := range deferred {
+		if _, err := tx.ExecContext(sctx, d.query, d.args...); err != nil {
+			return fmt.Errorf("deferred statement %d of %d: %w", i+1, len(deferred), err)
+		}
+	}
+	return nil
+}
+
+// deferredFailed reports deferred statements that failed before the
+// commit: nothing of the transaction committed, and the caller released
+// the key. A statement the database refused (or could not bind) is the
+// handler's write failing: storekit.ErrNotCommitted, the engine answers
+// 500. A transaction database/sql ended because ctx did (the commit
+// timeout) is the store's failure to record: a plain error (503).
+func deferredFailed(ctx context.Context, err error) error {
+	if errors.Is(err, sql.ErrTxDone) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return wrap(ctx, "complete (deferred statements)", err)
+	}
+	return fmt.Errorf("%w: %w", storekit.ErrNotCommitted, wrap(ctx, "complete (deferred statements)", err))
+}
+
+// completeDeferred runs the fenced complete and the deferred statements in
+// one write transaction of its own (no Tx was begun): the write lock is
+// taken here, at the end of the execution, not while the handler ran. The
+// complete goes first: its UPDATE takes the write lock before the
+// transaction reads anything (without _txlock=immediate too), and a lost
+// lease is found before any deferred statement runs.
+//
+// Failures as in completeInTx: a lost lease rolls back (ErrLeaseLost); a
+// failed statement rolls back and releases the key; a failed COMMIT
+// releases the key too (the fenced fail matches nothing if it landed).
+// handlerCommitted says the handler committed its Tx itself: its writes
+// stand whatever happens here, so after a failure the record is completed
+// as not retained instead of released, as Fail does then (see Tx): a retry
+// must not run them again.
+func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []deferredStmt, args []any, handlerCommitted bool) error {
+	const (
+		stepComplete = iota // BEGIN and the fenced complete
+		stepDeferred
+		stepCommit
+	)
+	// run holds the store's writer slot from BEGIN to the end of the
+	// transaction; the key's release after a failure takes the slot itself,
+	// so it runs after run returns.
+	run := func() (lost bool, step int, err error) {
+		if err := s.wr.lock(ctx); err != nil {
+			return false, stepComplete, err
+		}
+		defer s.wr.unlock()
+		// ctx bounds the wait for the write lock at BEGIN; if it ends
+		// later, database/sql rolls the transaction back and the next
+		// statement says so (sql.ErrTxDone). The statements themselves are
+		// not interruptible (sctx): see execDeferred.
+		tx, err := s.txDB.BeginTx(ctx, nil)
+		if err != nil {
+			return false, stepComplete, err
+		}
+		sctx := context.WithoutCancel(ctx)
+		res, err := tx.ExecContext(sctx, s.sql.complete, args...)
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			return false, stepComplete, err
+		}
+		if n == 0 {
+			_ = tx.Rollback()
+			return true, stepComplete, nil
+		}
+		if err := execDeferred(sctx, tx, deferred); err != nil {
+			_ = tx.Rollback()
+			return false, stepDeferred, err
+		}
+		return false, stepCommit, tx.Commit()
+	}
+	lost, step, err := run()
+	switch {
+	case lost:
+		return fmt.Errorf("sqlitestore: complete: %w (deferred statements not run)", core.ErrLeaseLost)
+	case err == nil:
+		return nil
+	}
+	if handlerCommitted {
+		s.completeNotRetained(ctx, f)
+	} else {
+		s.releaseAfterTxFailure(ctx, f)
+	}
+	switch step {
+	case stepDeferred:
+		return deferredFailed(ctx, err)
+	case stepCommit:
+		return wrap(ctx, "complete: commit", err)
+	default:
+		return wrap(ctx, "complete (in transaction)", err)
+	}
+}
+
+// completeNotRetained completes f's record as not retained after deferred
+// statements failed behind a handler that committed its Tx itself. Best
+// effort, as in failAfterHandlerCommitted.
+func (s *Store) completeNotRetained(ctx context.Context, f storekit.Fence) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, _ = s.fenced(fctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
+}
