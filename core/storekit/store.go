@@ -29,7 +29,7 @@ var (
 	// ErrNotCommitted means Complete did not record the response because
 	// the handler's writes did not commit: the handler ended the store's
 	// transaction itself, or the database refused a write queued to commit
-	// with the response (pgstore.Defer). The response would describe writes
+	// with the response (pgstore.Defer and its counterparts). The response would describe writes
 	// that never landed. The store released the key (a retry runs the
 	// handler again); the engine answers 500 (handler-error), not the
 	// handler's response.
