@@ -16,10 +16,10 @@ import (
 )
 
 var (
-	// ErrNoLease is returned by Tx when ctx does not belong to a handler
+	// ErrNoLease is returned by Tx and Defer when ctx does not belong to a handler
 	// that idem let proceed (no core.Lease in the context).
-	ErrNoLease = errors.New("pgstore: no idem lease in context: Tx must be called with the context of a handler idem let proceed")
-	// ErrLeaseFinished is returned by Tx when the lease was already
+	ErrNoLease = errors.New("pgstore: no idem lease in context: Tx and Defer must be called with the context of a handler idem let proceed")
+	// ErrLeaseFinished is returned by Tx and Defer when the lease was already
 	// completed or failed: its transaction, if any, is over. The
 	// transaction's methods return it too (wrapping pgx.ErrTxClosed) when
 	// a handler goroutine uses the transaction after that.
