@@ -105,7 +105,8 @@ func deferredFailed(ctx context.Context, err error) error {
 // handlerCommitted says the handler committed its Tx itself: its writes
 // stand whatever happens here, so after a failure the record is completed
 // as not retained instead of released, as Fail does then (see Tx): a retry
-// must not run them again.
+// must not run them again. Its commit mark is deleted once the record is
+// completed (or was moved on by another owner), and kept otherwise.
 func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []deferredStmt, args []any, handlerCommitted bool) error {
 	const (
 		stepComplete = iota // BEGIN and the fenced complete
@@ -151,12 +152,23 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 	lost, step, err := run()
 	switch {
 	case lost:
+		if handlerCommitted {
+			s.dropMark(ctx, f.Token)
+		}
 		return fmt.Errorf("sqlitestore: complete: %w (deferred statements not run)", core.ErrLeaseLost)
 	case err == nil:
+		if handlerCommitted {
+			s.dropMark(ctx, f.Token)
+		}
 		return nil
 	}
 	if handlerCommitted {
-		s.completeNotRetained(ctx, f)
+		// The mark goes only once the record is completed (or another
+		// owner moved it on); otherwise the claim that takes the lapsed
+		// lease over finds it and completes the record as not retained.
+		if s.completeNotRetained(ctx, f) {
+			s.dropMark(ctx, f.Token)
+		}
 	} else {
 		s.releaseAfterTxFailure(ctx, f)
 	}
@@ -172,9 +184,12 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 
 // completeNotRetained completes f's record as not retained after deferred
 // statements failed behind a handler that committed its Tx itself. Best
-// effort, as in failAfterHandlerCommitted.
-func (s *Store) completeNotRetained(ctx context.Context, f storekit.Fence) {
+// effort: it reports whether the record is settled (completed now, or the
+// fence matched nothing: another owner moved it on), so that the caller
+// keeps the commit mark otherwise.
+func (s *Store) completeNotRetained(ctx context.Context, f storekit.Fence) (settled bool) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	_, _ = s.fenced(fctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
+	_, err := s.fenced(fctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
+	return err == nil
 }

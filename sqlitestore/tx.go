@@ -293,7 +293,6 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f st
 			s.releaseAfterTxFailure(ctx, f)
 			return fmt.Errorf("sqlitestore: complete: %w", ErrTxRolledBack)
 		}
-		defer s.dropMark(ctx, f.Token)
 	}
 	if len(deferred) > 0 {
 		// marked: the handler's writes committed (a read-only Tx has none).
@@ -301,7 +300,13 @@ func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f st
 	}
 	ok, err := s.fenced(ctx, s.sql.complete, args...)
 	if err != nil {
+		// The mark stays: if the record is still processing, the claim
+		// that takes the lapsed lease over finds it and completes the
+		// record as not retained instead of running the handler again.
 		return wrap(ctx, "complete", err)
+	}
+	if marked {
+		s.dropMark(ctx, f.Token)
 	}
 	if !ok {
 		return fmt.Errorf("sqlitestore: complete: %w", core.ErrLeaseLost)
@@ -317,11 +322,13 @@ func (s *Store) failAfterHandlerCommitted(ctx context.Context, f storekit.Fence)
 	if err != nil || !committed {
 		return false, err
 	}
-	defer s.dropMark(ctx, f.Token)
 	ok, err := s.fenced(ctx, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
 	if err != nil {
+		// The mark stays, for the claim that takes the lapsed lease over
+		// (see completeAfterHandlerEnded).
 		return true, err
 	}
+	s.dropMark(ctx, f.Token)
 	if !ok {
 		return true, core.ErrLeaseLost
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -271,4 +272,74 @@ func TestTxEndedBySQLite(t *testing.T) {
 		t.Fatalf("%d ledger rows, want 0", n)
 	}
 	requireStatus(t, s, "a", storekit.StatusFailed)
+}
+
+// TestTxMarkKeptWhenEndFails: a handler committed its transaction itself,
+// then the Complete or Fail that would end its record fails with an error
+// that is not a lost lease. The commit mark must stay: the claim that takes
+// the lapsed lease over finds it and completes the record as not retained
+// instead of running the handler (and its committed writes) again.
+//
+// The failure is a trigger refusing the record's completion, not SQLite's
+// write lock held from another connection: that lock would also refuse the
+// mark's DELETE, so the mark stayed even before the fix; a failure that
+// leaves the rest of the file writable is the one that shows the bug.
+func TestTxMarkKeptWhenEndFails(t *testing.T) {
+	for _, end := range []string{"complete", "fail", "complete with deferred"} {
+		t.Run(end, func(t *testing.T) {
+			db, _ := newDB(t)
+			s := openStore(t, db)
+			ledgerTable(t, db)
+			req := claimReq("a", time.Minute)
+			hctx, f := handlerCtx(t, s, req)
+			if err := book(hctx, "a", f.Token); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := Tx(hctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if end == "complete with deferred" {
+				if err := Defer(hctx, "UPDATE ledger SET owner = -owner WHERE k = ?", "a"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := db.Exec(`CREATE TRIGGER refuse_complete BEFORE UPDATE OF status ON idem_records
+				WHEN NEW.status = 'completed' BEGIN SELECT RAISE(ABORT, 'completion refused'); END`); err != nil {
+				t.Fatal(err)
+			}
+			if end == "fail" {
+				err = s.Fail(hctx, f)
+			} else {
+				err = s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
+			}
+			if err == nil || errors.Is(err, core.ErrLeaseLost) {
+				t.Fatalf("%s = %v, want the refused completion", end, err)
+			}
+			if _, err := db.Exec("DROP TRIGGER refuse_complete"); err != nil {
+				t.Fatal(err)
+			}
+			var marks int
+			if err := db.QueryRow("SELECT COUNT(*) FROM idem_records_txmarks").Scan(&marks); err != nil {
+				t.Fatal(err)
+			}
+			if marks != 1 {
+				t.Errorf("%d commit marks after the failed %s, want 1", marks, end)
+			}
+			requireStatus(t, s, "a", storekit.StatusProcessing)
+			later := openStore(t, db, withClockOffset(10*time.Minute))
+			res, err := later.Claim(t.Context(), req)
+			if err != nil || res.Claimed || res.Record.Status != storekit.StatusCompleted ||
+				res.Record.Response == nil || !res.Record.Response.NotRetained {
+				t.Fatalf("takeover = %+v, %v; want no claim, completed as not retained", res, err)
+			}
+			// The handler's committed row, once; the deferred update never ran.
+			if got := ledgerOwners(t, db, "a"); !slices.Equal(got, []int64{f.Token}) {
+				t.Fatalf("ledger = %v, want [%d]", got, f.Token)
+			}
+		})
+	}
 }
