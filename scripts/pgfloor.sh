@@ -45,7 +45,7 @@ claimins="INSERT INTO $s.idem_records (scope, key, method, route, fingerprint, s
 # The complete as sent inside a transaction (completeTx: raises when the fence fails).
 complete="WITH c AS (UPDATE $s.idem_records SET status = 'completed', completed_at = now(), resp_status = 201, resp_header = '{\"Content-Type\":[\"application/json\"]}'::jsonb, resp_body = convert_to('$body', 'UTF8'), resp_not_retained = false WHERE $fence RETURNING waiters) SELECT CASE WHEN count(*) = 1 THEN bool_or(waiters) ELSE ('idem: lease lost ' || count(*))::boolean END FROM c;"
 step="INSERT INTO $s.idem_records_steps (scope, key, name, epoch, token, result, stored_at) SELECT r.scope, r.key, 'provider-charge', r.created_at, r.token, convert_to('{\"id\":\"ch_0123456789abcdef01234567\"}', 'UTF8'), now() FROM (SELECT scope, key, token, created_at FROM $s.idem_records WHERE $fence FOR SHARE) r ON CONFLICT (scope, key, name) DO UPDATE SET epoch = excluded.epoch, token = excluded.token, result = excluded.result, stored_at = excluded.stored_at;"
-rnd='\set k random(1, 1000000000000)'
+rnd='\set k random(1, 9000000000000000000)'
 
 declare -A trips
 flow() { local name=$1 rt=$2; shift 2; trips[$name]=$rt; printf '%s\n' "$rnd" "$@" > "$dir/$name.sql"; }
