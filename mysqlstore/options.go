@@ -136,7 +136,9 @@ func WithTxDB(db *sql.DB) Option { return WithTxPool(db) }
 //
 // Default: nil (the server's default isolation, REPEATABLE READ unless
 // configured otherwise). The fenced update that ends the transaction is a
-// locking read, so the fence holds at every isolation level.
+// locking read, so the fence holds at every isolation level. A read-only
+// transaction is ended before the fenced update, which then runs on its
+// own: it has no writes to commit with the response.
 func WithTxOptions(opts *sql.TxOptions) Option {
 	return optionFunc(func(c *config) { c.txOpts = opts })
 }

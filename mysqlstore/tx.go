@@ -248,6 +248,15 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // matches nothing.) A deferred statement the server refused is reported
 // with storekit.ErrNotCommitted (completeFailed).
 func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
+	if s.cfg.txOpts != nil && s.cfg.txOpts.ReadOnly {
+		// The server refuses the fenced update inside a read-only
+		// transaction (1792), and there is nothing to commit with it:
+		// end the transaction and complete as for a handler that ended
+		// it (unmarked: the plain fenced update, or the deferred
+		// statements' own transaction).
+		_ = tx.Rollback()
+		return s.completeAfterHandlerEnded(ctx, false, f, deferred, args)
+	}
 	var err error
 	if marked {
 		_, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token))

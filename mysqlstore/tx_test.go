@@ -301,6 +301,42 @@ func TestTxReadOnlyUnmarked(t *testing.T) {
 	}
 }
 
+// TestTxReadOnlyCompletes: with read-only transactions (WithTxOptions), a
+// handler that reads in its Tx and leaves it to idem gets its response
+// recorded, and its deferred writes commit with it: the fenced update
+// cannot run inside a read-only transaction (the server refuses writes
+// there), and need not, since the transaction has no writes to commit with
+// it.
+func TestTxReadOnlyCompletes(t *testing.T) {
+	db := mysqlstoretest.NewDB(t, "")
+	s := openStore(t, db, WithTxOptions(&sql.TxOptions{ReadOnly: true}))
+	ledgerTable(t, db)
+	req := claimReq("ro", time.Minute)
+	hctx, f := handlerCtx(t, s, req)
+	tx, err := Tx(hctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRowContext(hctx, "SELECT COUNT(*) FROM ledger").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := Defer(hctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", req.Key, f.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 200, Body: []byte("read")}); err != nil {
+		t.Fatalf("complete in a read-only transaction: %v", err)
+	}
+	rec, err := s.Get(t.Context(), req.Scope, req.Key)
+	if err != nil || rec.Status != storekit.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != "read" {
+		t.Fatalf("record = %+v, %v; want completed with the response", rec, err)
+	}
+	var owner int64
+	if err := db.QueryRow("SELECT owner FROM ledger WHERE k = ?", req.Key).Scan(&owner); err != nil || owner != f.Token {
+		t.Fatalf("ledger row: owner %d, %v; want the deferred row of token %d", owner, err, f.Token)
+	}
+}
+
 // TestTxMarkKeptWhenEndFails: a handler committed its transaction itself,
 // then the Complete or Fail that would end its record fails (here a lock
 // wait timeout on the record's row). The commit mark must stay: the claim
