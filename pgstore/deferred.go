@@ -78,6 +78,17 @@ func queueDeferred(b *pgx.Batch, deferred []deferredStmt) {
 	}
 }
 
+// readDeferred reads the results of the n deferred statements queued first
+// in a batch, up to the first that failed.
+func readDeferred(br pgx.BatchResults, n int) error {
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // completeDeferred sends the deferred statements and the fenced complete in
 // one pipeline on a pool connection: statements pipelined up to one Sync
 // run in one implicit transaction, so they commit together, or not at all
@@ -88,12 +99,7 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 	queueDeferred(b, deferred)
 	b.Queue(s.sql.completeTx, args...)
 	br := s.pool.SendBatch(ctx, b)
-	var err error
-	for range deferred {
-		if _, err = br.Exec(); err != nil {
-			break
-		}
-	}
+	err := readDeferred(br, len(deferred))
 	var waiters bool
 	if err == nil {
 		err = br.QueryRow().Scan(&waiters)

@@ -181,12 +181,7 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	b.Queue(s.sql.completeTx, args...)
 	b.Queue("commit")
 	br := t.tx.SendBatch(ctx, b)
-	var err error
-	for range deferred {
-		if _, err = br.Exec(); err != nil {
-			break
-		}
-	}
+	err := readDeferred(br, len(deferred))
 	var waiters bool
 	if err == nil {
 		err = br.QueryRow().Scan(&waiters)
