@@ -166,12 +166,16 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 		// The mark goes only once the record is completed (or another
 		// owner moved it on); otherwise the claim that takes the lapsed
 		// lease over finds it and completes the record as not retained.
-		if s.completeNotRetained(ctx, f) {
+		// Not ErrNotCommitted: the handler's writes did commit, and the
+		// key is not released (as mysqlstore answers).
+		settled := s.completeNotRetained(ctx, f)
+		if settled {
 			s.dropMark(ctx, f.Token)
+			return wrap(ctx, "complete: the deferred statements' transaction failed after the handler committed its own (the record is completed as not retained)", err)
 		}
-	} else {
-		s.releaseAfterTxFailure(ctx, f)
+		return wrap(ctx, "complete: the deferred statements' transaction failed after the handler committed its own, and completing the record as not retained failed too", err)
 	}
+	s.releaseAfterTxFailure(ctx, f)
 	switch step {
 	case stepDeferred:
 		return deferredFailed(ctx, err)
