@@ -119,7 +119,7 @@ func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 		case errors.Is(err, core.ErrLeaseLost):
 			return fmt.Errorf("sqlitestore: fail: %w", err)
 		case err != nil:
-			return wrap(ctx, "fail: the handler ended the transaction: read its commit mark", err)
+			return wrap(ctx, "fail: the handler ended the transaction: read its commit mark, or complete the record as not retained", err)
 		case committed:
 			return nil
 		}
