@@ -52,6 +52,11 @@ type claimRow struct {
 	now        time.Time
 }
 
+// fresh reports whether this claim created the record: every claim
+// statement sets created_at to its own clock when it creates the record,
+// and keeps it on a takeover.
+func (cr *claimRow) fresh() bool { return cr.claimed && cr.rec.CreatedAt.Equal(cr.now) }
+
 // decodeClaimRow decodes the binary composite b; req supplies the columns
 // the fast path leaves NULL. Strings and the body are copied: b is pgx's
 // read buffer.

@@ -108,7 +108,7 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 		err = cerr
 	}
 	if err != nil {
-		return s.completeFailed(ctx, f, err)
+		return s.completeFailed(ctx, f, err, true)
 	}
 	if waiters {
 		s.notify(ctx, f.Scope, f.Key)
@@ -117,16 +117,16 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 }
 
 // completeFailed reports a complete whose transaction did not commit: a lost
-// lease, a statement PostgreSQL refused (the writes certainly rolled back:
-// the key is released so a retry runs the handler again), or a connection
-// that failed (the outcome is not known: the key is marked failed if it is
-// still ours, which it is not if the commit landed).
-func (s *Store) completeFailed(ctx context.Context, f storekit.Fence, err error) error {
+// lease, or anything else, after which the key is marked failed if it is
+// still ours (it is not if a commit whose answer was lost did land). With
+// deferred statements, one PostgreSQL refused is reported as
+// storekit.ErrNotCommitted: the writes certainly rolled back.
+func (s *Store) completeFailed(ctx context.Context, f storekit.Fence, err error, deferred bool) error {
 	if isLeaseLost(err) {
 		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
 	}
 	s.releaseAfterTxFailure(ctx, f)
-	if statementRefused(err) {
+	if deferred && statementRefused(err) {
 		return fmt.Errorf("%w: %w", storekit.ErrNotCommitted, wrap(ctx, "complete (deferred statements)", err))
 	}
 	return wrap(ctx, "complete (in transaction)", err)

@@ -188,10 +188,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			break
 		}
 	}
-	res := storekit.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now,
-		// Every claim statement sets created_at to its own clock when it
-		// creates the record, and keeps it on a takeover.
-		Fresh: cr.claimed && cr.rec.CreatedAt.Equal(cr.now)}
+	res := storekit.ClaimResult{Record: cr.rec, Claimed: cr.claimed, Now: cr.now, Fresh: cr.fresh()}
 	if res.Record.Status == storekit.StatusCompleted && !cr.hasPayload {
 		// Partitioned mode only (plain mode reads the response from the
 		// row ON CONFLICT returned). See the method comment.
@@ -218,26 +215,25 @@ const claimRaces = 4
 // on a pool whose QueryExecMode cannot ask for binary results, its columns
 // as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
-	if s.cfg.optimisticClaim {
-		if s.mix.insertFirst() {
-			cr, inserted, err := s.claimNew(ctx, req)
-			if err != nil {
-				return cr, err
-			}
-			if inserted {
-				s.mix.observe(false)
-				return cr, nil
-			}
-			// The key exists: the claim-or-read statement decides, as always.
-			s.mix.observe(true)
-		} else {
-			cr, err := s.claimFn(ctx, req)
-			if err == nil {
-				s.mix.observe(!cr.claimed || !cr.rec.CreatedAt.Equal(cr.now))
-			}
-			return cr, err
-		}
+	if !s.cfg.optimisticClaim {
+		return s.claimFn(ctx, req)
 	}
+	if !s.mix.insertFirst() {
+		cr, err := s.claimFn(ctx, req)
+		if err == nil {
+			s.mix.observe(!cr.fresh())
+		}
+		return cr, err
+	}
+	cr, inserted, err := s.claimNew(ctx, req)
+	if err != nil {
+		return cr, err
+	}
+	s.mix.observe(!inserted)
+	if inserted {
+		return cr, nil
+	}
+	// The key exists: the claim-or-read statement decides, as always.
 	return s.claimFn(ctx, req)
 }
 

@@ -198,14 +198,7 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	}
 	if err != nil {
 		t.rollback(ctx)
-		if len(deferred) > 0 {
-			return s.completeFailed(ctx, f, err)
-		}
-		if isLeaseLost(err) {
-			return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
-		}
-		s.releaseAfterTxFailure(ctx, f)
-		return wrap(ctx, "complete (in transaction)", err)
+		return s.completeFailed(ctx, f, err, len(deferred) > 0)
 	}
 	t.release()
 	if waiters { // after the commit: waiters must find the record completed
