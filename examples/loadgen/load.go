@@ -240,6 +240,18 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 	}
 	defer room.close()
 
+	var relay *dbRelay
+	if cfg.dbRTT > 0 {
+		up, err := dsnUpstream(cfg.dsn)
+		if err != nil {
+			return err
+		}
+		if relay, err = startDBRelay(up, cfg.dbRTT); err != nil {
+			return err
+		}
+		defer relay.close()
+	}
+
 	var providerArgs []string
 	if cfg.providerHTTP {
 		prov, err := startChild(ctx, self, "-serve", "provider", "-addr", "127.0.0.1:0", "-provider-latency", cfg.latency.String())
@@ -279,6 +291,9 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 			s.app = schema
 		}
 		dsn, err := withParams(cfg.dsn, schema, s.pool)
+		if err == nil && relay != nil {
+			dsn, err = viaRelay(dsn, relay.addr())
+		}
 		if err != nil {
 			return err
 		}
@@ -411,8 +426,12 @@ func report(w io.Writer, cfg config, rs []result) {
 	if cfg.providerHTTP {
 		provider = "over HTTP (one provider process)"
 	}
-	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s, provider %s, provider latency %v, GOMAXPROCS %d, %s\n\n",
-		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, provider, cfg.latency, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	db := "database on loopback"
+	if cfg.dbRTT > 0 {
+		db = fmt.Sprintf("database round trip +%v (relay)", cfg.dbRTT)
+	}
+	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s, provider %s, provider latency %v, %s, GOMAXPROCS %d, %s\n\n",
+		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, provider, cfg.latency, db, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	type k struct {
 		target, logging string
 		dup             int

@@ -36,6 +36,10 @@
 //	                     on 127.0.0.1 that answers POST /v1/charges after
 //	                     -provider-latency; the servers' clients keep a
 //	                     keep-alive pool (examples/payments -provider-url)
+//	-db-rtt 0s           added database round-trip time: every server
+//	                     reaches the database through a relay on 127.0.0.1
+//	                     that holds each chunk for half of it each way
+//	                     (a database in another zone; needs a URL -dsn)
 //	-framework nethttp   examples/payments -framework
 //	-payments-bin PATH   a built examples/payments (default: go build it)
 //	-targets idem,baseline,article
@@ -97,6 +101,7 @@ type config struct {
 	framework    string
 	latency      time.Duration
 	providerHTTP bool
+	dbRTT        time.Duration // -db-rtt: added database round trip (dbrelay.go)
 	paymentsBin  string
 	targets      []string
 	maxDuration  time.Duration
@@ -155,6 +160,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&pools, "pools", "", "extra idem pool sizes to run at 0% duplicates")
 	fs.StringVar(&cfg.framework, "framework", "nethttp", "examples/payments -framework")
 	fs.DurationVar(&cfg.latency, "provider-latency", 0, "simulated provider latency (both servers)")
+	fs.DurationVar(&cfg.dbRTT, "db-rtt", 0, "added database round-trip time: every server reaches the database through a relay on 127.0.0.1 (dbrelay.go)")
 	fs.BoolVar(&cfg.providerHTTP, "provider-http", false, "every server calls an HTTP provider process on 127.0.0.1 (latency -provider-latency)")
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "internal: the HTTP provider's base URL (child mode)")
 	fs.StringVar(&cfg.paymentsBin, "payments-bin", "", "built examples/payments binary (default: go build)")
@@ -217,6 +223,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-concurrency %d out of range [1, 512]", cfg.concurrency)
 	case cfg.pool < 1 || cfg.pool > 70:
 		return cfg, fmt.Errorf("-pool %d out of range [1, 70] (the test server is shared)", cfg.pool)
+	case cfg.dbRTT < 0 || cfg.dbRTT > time.Second:
+		return cfg, fmt.Errorf("-db-rtt %v out of range [0, 1s]", cfg.dbRTT)
 	case cfg.latency < 0:
 		return cfg, fmt.Errorf("-provider-latency %v is negative", cfg.latency)
 	case cfg.maxDuration <= 0:

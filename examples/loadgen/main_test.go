@@ -26,7 +26,7 @@ func TestParseFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-dups", "101"}, {"-pool", "71"}, {"-pools", "0"}, {"-requests", "0"},
 		{"-concurrency", "0"}, {"-targets", "redis"}, {"-provider-latency", "-1s"}, {"extra"},
-		{"-logs", "verbose"}, {"-logs", ""}, {"-rounds", "0"}, {"-serve", "redis"},
+		{"-logs", "verbose"}, {"-logs", ""}, {"-rounds", "0"}, {"-serve", "redis"}, {"-db-rtt", "-1ms"}, {"-db-rtt", "2s"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%q: no error", args)
