@@ -33,6 +33,12 @@
 // lease's transaction, audited against the responses recorded), with
 // kills of the test's own database connections at random points, and
 // against deliberately broken stores to show the checker catches them.
+// pgstore also runs in the configurations users ship (pgvariants_test.go):
+// WithPartitioning, plain and transactional, and WithInsertFirst, plain,
+// transactional and as examples/payments configures it (ledger rows
+// through pgstore.Defer); another scope's new keys drive WithInsertFirst
+// across its switch during each history, and a pgx tracer counts the
+// claims that took each path (pgmix_test.go).
 // A rejected history is written out (porcupine's visualization and the
 // history as JSON, for testdata/) and explained in the log.
 //

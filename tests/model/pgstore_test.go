@@ -15,28 +15,57 @@ import (
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
-// pgEnvs migrates pgstore into a fresh schema and returns the Env of each
-// history (its own scope, one store). The store's pool carries a unique
-// application_name: Kill terminates one of those backends, never another
-// test's. Lapse, Expire, Audit and Kill run on a second pool.
-//
-// Transactional: the store runs WithTransactional, and every Complete and
-// Fail comes after a ledger write in the lease's transaction (pgstore.Tx,
-// or pgstore.Defer for even tokens); Audit reads the ledger.
+// pgLedger is how a transactional run writes the ledger row of a lease.
+type pgLedger int
+
+const (
+	noLedger pgLedger = iota
+	// txOrDefer: pgstore.Tx for odd tokens, pgstore.Defer for even ones.
+	txOrDefer
+	// deferAll: pgstore.Defer for every lease, as examples/payments books
+	// its ledger row.
+	deferAll
+)
+
+// pgSetup configures a pgstore run: the store's options (beyond
+// WithSchema), its ledger writes, and a tracer on the store's pool.
+type pgSetup struct {
+	opts   []pgstore.Option
+	ledger pgLedger
+	tracer pgx.QueryTracer
+}
+
+// pgEnvs is pgStore plain, or WithTransactional with txOrDefer ledger rows.
 func pgEnvs(t *testing.T, transactional bool) func(h int) *Env {
 	t.Helper()
+	var s pgSetup
+	if transactional {
+		s = pgSetup{opts: []pgstore.Option{pgstore.WithTransactional()}, ledger: txOrDefer}
+	}
+	envs, _ := pgStore(t, s)
+	return envs
+}
+
+// pgStore migrates pgstore into a fresh schema and returns the Env of
+// each history (its own scope, one store) and the store. The store's pool
+// carries a unique application_name: Kill terminates one of those
+// backends, never another test's. Lapse, Expire, Audit and Kill run on a
+// second pool.
+//
+// With a ledger, every Complete and Fail comes after a ledger write in the
+// lease's transaction (pgstore.Tx or pgstore.Defer, see pgLedger); Audit
+// reads the ledger.
+func pgStore(t *testing.T, setup pgSetup) (func(h int) *Env, *pgstore.Store) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	app := "idem_model_" + hex.EncodeToString(b[:])
 	cfg := pgstoretest.Config(t)
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.ConnConfig.Tracer = setup.tracer
 	pool := pgstoretest.NewPool(t, cfg)
 	admin := pgstoretest.NewPool(t, pgstoretest.Config(t))
 	schema := pgstoretest.Schema(t, admin)
-	opts := []pgstore.Option{pgstore.WithSchema(schema)}
-	if transactional {
-		opts = append(opts, pgstore.WithTransactional())
-	}
+	opts := append([]pgstore.Option{pgstore.WithSchema(schema)}, setup.opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := pgstore.Migrate(ctx, pool, opts...); err != nil {
@@ -74,21 +103,21 @@ WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 
 			Expire: lapse("locked_until = now() - interval '1 day', expires_at = now() - interval '1 day'"),
 			Kill:   kill,
 		}
-		if !transactional {
+		if setup.ledger == noLedger {
 			return env
 		}
 		env.BusinessWrite = func(ctx context.Context, f storekit.Fence) error {
-			const insert = "INSERT INTO %s (scope, key, token) VALUES ($1, $2, $3)"
-			if f.Token%2 == 0 {
-				// Half the leases queue the row with Defer: it travels
-				// with the complete (or is dropped by Fail).
-				return pgstore.Defer(ctx, fmt.Sprintf(insert, ledger), f.Scope, f.Key, f.Token)
+			insert := "INSERT INTO " + ledger + " (scope, key, token) VALUES ($1, $2, $3)"
+			if setup.ledger == deferAll || f.Token%2 == 0 {
+				// Defer: the row travels with the complete (or is
+				// dropped by Fail).
+				return pgstore.Defer(ctx, insert, f.Scope, f.Key, f.Token)
 			}
 			tx, err := pgstore.Tx(ctx)
 			if err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, "INSERT INTO "+ledger+" (scope, key, token) VALUES ($1, $2, $3)", f.Scope, f.Key, f.Token)
+			_, err = tx.Exec(ctx, insert, f.Scope, f.Key, f.Token)
 			return err
 		}
 		env.Audit = func(ctx context.Context, scope, key string) ([]int64, error) {
@@ -99,7 +128,7 @@ WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 
 			return pgx.CollectRows(rows, pgx.RowTo[int64])
 		}
 		return env
-	}
+	}, store
 }
 
 // killConfig is config with connection kills: about one call in 40 starts

@@ -1,0 +1,86 @@
+package model
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemkit/idem/pgstore"
+)
+
+// The configurations users ship, beyond TestPgstore and
+// TestPgstoreTransactional: WithInsertFirst (both of its paths and its
+// switches, see insertFirstMix), examples/payments' configuration, and
+// WithPartitioning. Each with connection kills, fewer histories than the
+// two above by default (make model runs IDEM_MODEL_ITER of each).
+
+// pgMixRun runs a WithInsertFirst store under the model, with the other
+// scope's new keys that drive its switch.
+func pgMixRun(t *testing.T, name string, def int, setup pgSetup) Summary {
+	t.Helper()
+	mix := newInsertFirstMix()
+	setup.opts = append(setup.opts, pgstore.WithInsertFirst())
+	setup.tracer = mix
+	envs, store := pgStore(t, setup)
+	sum, fails := Run(context.Background(), killConfig(t, def), mix.drive(t, store, envs))
+	Report(t, name, fails)
+	covered(t, sum, true)
+	mix.check(t, sum)
+	return sum
+}
+
+func TestPgstoreInsertFirst(t *testing.T) {
+	t.Parallel()
+	pgMixRun(t, "pgstore-insert-first", 20, pgSetup{})
+}
+
+// TestPgstoreInsertFirstTransactional: WithInsertFirst and
+// WithTransactional (the bare insert commits asynchronously too), every
+// ledger row queued with pgstore.Defer.
+func TestPgstoreInsertFirstTransactional(t *testing.T) {
+	t.Parallel()
+	sum := pgMixRun(t, "pgstore-insert-first-tx", 20, pgSetup{
+		opts: []pgstore.Option{pgstore.WithTransactional()}, ledger: deferAll,
+	})
+	if sum.Count(Audit, OK) == 0 {
+		t.Errorf("no ledger audit was answered")
+	}
+}
+
+// TestPgstoreExample is examples/payments' configuration (openPG):
+// WithInsertFirst, synchronous claims (not WithTransactional: every
+// execution relays a key, which would make the claim durable anyway), and
+// the ledger row queued with pgstore.Defer, committed with the response.
+func TestPgstoreExample(t *testing.T) {
+	t.Parallel()
+	sum := pgMixRun(t, "pgstore-example", 20, pgSetup{ledger: deferAll})
+	if sum.Count(Audit, OK) == 0 {
+		t.Errorf("no ledger audit was answered")
+	}
+}
+
+// TestPgstorePartitioned: WithPartitioning (ownership state in the records
+// table, responses in a day-partitioned payload table written by the
+// complete's data-modifying CTE).
+func TestPgstorePartitioned(t *testing.T) {
+	t.Parallel()
+	envs, _ := pgStore(t, pgSetup{opts: []pgstore.Option{pgstore.WithPartitioning(2)}})
+	sum, fails := Run(context.Background(), killConfig(t, 20), envs)
+	Report(t, "pgstore-partitioned", fails)
+	covered(t, sum, true)
+}
+
+// TestPgstorePartitionedTransactional: WithPartitioning and
+// WithTransactional, the ledger row through pgstore.Tx or pgstore.Defer.
+func TestPgstorePartitionedTransactional(t *testing.T) {
+	t.Parallel()
+	envs, _ := pgStore(t, pgSetup{
+		opts:   []pgstore.Option{pgstore.WithPartitioning(2), pgstore.WithTransactional()},
+		ledger: txOrDefer,
+	})
+	sum, fails := Run(context.Background(), killConfig(t, 20), envs)
+	Report(t, "pgstore-partitioned-tx", fails)
+	covered(t, sum, true)
+	if sum.Count(Audit, OK) == 0 {
+		t.Errorf("no ledger audit was answered")
+	}
+}
