@@ -62,8 +62,9 @@ const rollbackTimeout = 5 * time.Second
 // When Complete finds the transaction ended, it reads the mark:
 //
 //   - absent (the handler rolled back, e.g. with the idiomatic
-//     `defer tx.Rollback()`, or its Commit failed): the writes did not
-//     land, so the response is NOT recorded; the key is released (a retry
+//     `defer tx.Rollback()`, or its Commit failed, or the server rolled
+//     the transaction back: a deadlock inside it, ROLLBACK sent as SQL):
+//     the writes did not land, so the response is NOT recorded; the key is released (a retry
 //     runs the handler again) and Complete returns ErrTxRolledBack, which
 //     the engine answers with a 500 instead of the handler's response;
 //   - present (the handler committed): the response is recorded by a plain
@@ -193,6 +194,12 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // and the commit did land, the record is completed and the fenced fail
 // matches nothing.) A deferred statement the server refused is reported
 // with storekit.ErrNotCommitted (completeFailed).
+//
+// The mark's DELETE must find the mark. The server may end the transaction
+// on its own (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
+// went past), database/sql does not know, and every later statement on tx
+// would autocommit: then the response is refused (ErrTxRolledBack) and the
+// key released before anything else runs.
 func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
 	if !s.cfg.TxMarked() { // a read-only transaction
 		// The server refuses the fenced update inside a read-only
@@ -205,7 +212,19 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	}
 	var err error
 	if marked {
-		_, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token))
+		var del sql.Result
+		if del, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token)); err == nil {
+			if n, _ := del.RowsAffected(); n != 1 {
+				// The server ended the transaction behind database/sql's
+				// back (ROLLBACK sent as SQL, a deadlock or a Galera abort
+				// inside the handler's transaction): the mark, and the
+				// writes with it, rolled back, and every later statement
+				// on tx would autocommit. Refuse before anything runs.
+				_ = tx.Rollback()
+				s.releaseAfterTxFailure(ctx, f)
+				return fmt.Errorf("mysqlstore: complete: the lease transaction was rolled back by the server: %w", ErrTxRolledBack)
+			}
+		}
 	}
 	var res sql.Result
 	if err == nil {
