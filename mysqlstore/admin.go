@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // The operator's statements (storekit.Admin, used by cmd/idemctl). They are off
@@ -17,13 +17,6 @@ import (
 // touch one row by primary key. Every instant is the database's.
 
 var _ storekit.Admin = (*Store)(nil)
-
-func nullTime(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return fromMicros(v.Int64)
-}
 
 // Inspect implements storekit.Admin: the record with its response and when it
 // completed. One SELECT (causal on Galera, as Get).
@@ -43,7 +36,7 @@ func (s *Store) Inspect(ctx context.Context, scope, key string) (storekit.AdminR
 		return ar, wrap(ctx, "inspect", err)
 	}
 	r.Scope, r.Key = scope, key
-	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), nullTime(completed)
+	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), sqlstore.NullTime(completed)
 	return ar, nil
 }
 
@@ -64,21 +57,9 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]storekit.AdminRecord, e
 		return nil, wrap(ctx, "stuck", err)
 	}
 	defer rows.Close()
-	var out []storekit.AdminRecord
-	for rows.Next() {
-		var (
-			claimed    bool
-			now        int64
-			scope, key []byte
-		)
-		r, err := scanRecord(rows, &claimed, &now, &scope, &key)
-		if err != nil {
-			return nil, wrap(ctx, "stuck", err)
-		}
-		r.Scope, r.Key = string(scope), string(key)
-		out = append(out, storekit.AdminRecord{Record: r, Now: fromMicros(now)})
-	}
-	if err := rows.Err(); err != nil {
+	var claimed bool // the FALSE in claimed's place
+	out, err := sqlstore.ScanStuck(rows, &claimed)
+	if err != nil {
 		return nil, wrap(ctx, "stuck", err)
 	}
 	return out, nil
@@ -145,7 +126,7 @@ func (s *Store) Stats(ctx context.Context) (storekit.Stats, error) {
 			&c.Expired, &c.Stuck, &oldest); err != nil {
 			return storekit.Stats{}, wrap(ctx, "stats", err)
 		}
-		c.Status, c.Oldest = storekit.Status(status), nullTime(oldest)
+		c.Status, c.Oldest = storekit.Status(status), sqlstore.NullTime(oldest)
 		st.ByStatus = append(st.ByStatus, c)
 	}
 	if err := rows.Err(); err != nil {

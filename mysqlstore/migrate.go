@@ -160,7 +160,7 @@ func migrateConn(ctx context.Context, conn *sql.Conn, cfg config, migs []migrati
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT IGNORE INTO `+n.migrations+
 			` (table_name, version, mode, name, applied_at) VALUES (?, ?, 'plain', ?, UTC_TIMESTAMP(6))`,
-			cfg.table, m.version, m.name); err != nil {
+			cfg.Table, m.version, m.name); err != nil {
 			return fmt.Errorf("record %s: %w", m.name, err)
 		}
 	}
@@ -168,7 +168,7 @@ func migrateConn(ctx context.Context, conn *sql.Conn, cfg config, migs []migrati
 }
 
 func appliedVersions(ctx context.Context, conn *sql.Conn, cfg config) (map[int]bool, error) {
-	rows, err := conn.QueryContext(ctx, `SELECT version FROM `+cfg.names().migrations+` WHERE table_name = ?`, cfg.table)
+	rows, err := conn.QueryContext(ctx, `SELECT version FROM `+cfg.names().migrations+` WHERE table_name = ?`, cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}

@@ -2,11 +2,10 @@ package mysqlstore
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/internal/sqlident"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -24,7 +23,6 @@ func (f optionFunc) apply(c *config) {
 }
 
 const (
-	defaultTable = "idem_records"
 	// DefaultRetentionMargin is the retention margin used unless
 	// WithRetentionMargin says otherwise.
 	DefaultRetentionMargin = time.Hour
@@ -39,27 +37,18 @@ const (
 )
 
 type config struct {
-	table   string
-	margin  time.Duration
-	txDB    *sql.DB
-	txOpts  *sql.TxOptions
+	sqlstore.Config // table, margin, Tx's pool and options, clock offset
+
 	causal  bool
 	retries int
 	// readFirst: a plain SELECT first, the claim procedure only when the
 	// key is missing or claimable.
 	readFirst bool
-
-	// clockOffset shifts the database clock the store reads. Tests only:
-	// it drives a record past retention without waiting. Zero in production.
-	clockOffset time.Duration
-
-	errs []error
 }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		table:   defaultTable,
-		margin:  DefaultRetentionMargin,
+		Config:  sqlstore.NewConfig(DefaultRetentionMargin),
 		causal:  true,
 		retries: DefaultClaimRetries,
 	}
@@ -68,12 +57,8 @@ func newConfig(opts []Option) (config, error) {
 			o.apply(&c)
 		}
 	}
-	errs := c.errs
-	if err := sqlident.Valid("table", c.table, maxTableLen); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return config{}, fmt.Errorf("mysqlstore: invalid options: %w", err)
+	if err := c.Valid("mysqlstore", maxTableLen); err != nil {
+		return config{}, err
 	}
 	return c, nil
 }
@@ -88,7 +73,7 @@ func newConfig(opts []Option) (config, error) {
 //
 // Default: "idem_records".
 func WithTable(name string) Option {
-	return optionFunc(func(c *config) { c.table = name })
+	return optionFunc(func(c *config) { c.Table = name })
 }
 
 // WithRetentionMargin sets how long past its expires_at a record is kept
@@ -99,13 +84,7 @@ func WithTable(name string) Option {
 //
 // Default: DefaultRetentionMargin (1h).
 func WithRetentionMargin(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("retention margin %v is negative", d))
-			return
-		}
-		c.margin = d
-	})
+	return optionFunc(func(c *config) { c.SetMargin(d) })
 }
 
 // WithTxPool sets the pool Tx begins business transactions on. It must reach
@@ -116,13 +95,7 @@ func WithRetentionMargin(d time.Duration) Option {
 //
 // Default: the *sql.DB passed to New.
 func WithTxPool(db *sql.DB) Option {
-	return optionFunc(func(c *config) {
-		if db == nil {
-			c.errs = append(c.errs, errors.New("tx db is nil"))
-			return
-		}
-		c.txDB = db
-	})
+	return optionFunc(func(c *config) { c.SetTxDB(db) })
 }
 
 // WithTxDB is WithTxPool under its former name.
@@ -140,7 +113,7 @@ func WithTxDB(db *sql.DB) Option { return WithTxPool(db) }
 // transaction is ended before the fenced update, which then runs on its
 // own: it has no writes to commit with the response.
 func WithTxOptions(opts *sql.TxOptions) Option {
-	return optionFunc(func(c *config) { c.txOpts = opts })
+	return optionFunc(func(c *config) { c.TxOpts = opts })
 }
 
 // WithCausalReads turns causal reads on or off for the claim-or-read and
@@ -168,7 +141,7 @@ func WithCausalReads(on bool) Option {
 func WithDeadlockRetries(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 0 {
-			c.errs = append(c.errs, fmt.Errorf("deadlock retries %d is negative", n))
+			c.Errs = append(c.Errs, fmt.Errorf("deadlock retries %d is negative", n))
 			return
 		}
 		c.retries = n
@@ -191,7 +164,7 @@ func WithReadFirst() Option {
 
 // withClockOffset shifts the database clock the store reads. Tests only.
 func withClockOffset(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.clockOffset = d })
+	return optionFunc(func(c *config) { c.ClockOffset = d })
 }
 
 // names holds the quoted identifiers derived from a config.
@@ -210,13 +183,13 @@ func quote(name string) string { return "`" + name + "`" }
 
 func (c config) names() names {
 	return names{
-		table:      quote(c.table),
-		tokens:     quote(c.table + "_tokens"),
-		claimProc:  quote(c.table + "_claim_v3"),
-		claimProc2: quote(c.table + "_claim_v2"),
-		claimProc1: quote(c.table + "_claim_v1"),
-		expiresIdx: quote(c.table + "_expires_idx"),
-		txMarks:    quote(c.table + "_txmarks"),
+		table:      quote(c.Table),
+		tokens:     quote(c.Table + "_tokens"),
+		claimProc:  quote(c.Table + "_claim_v3"),
+		claimProc2: quote(c.Table + "_claim_v2"),
+		claimProc1: quote(c.Table + "_claim_v1"),
+		expiresIdx: quote(c.Table + "_expires_idx"),
+		txMarks:    quote(c.Table + "_txmarks"),
 		migrations: quote("idem_schema_migrations"),
 	}
 }

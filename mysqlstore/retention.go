@@ -38,7 +38,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	var n int64
 	err := s.withRetry(ctx, func() error {
 		var err error
-		n, err = s.inReadCommitted(ctx, s.sql.sweep, micros(s.cfg.margin), batch)
+		n, err = s.inReadCommitted(ctx, s.sql.sweep, micros(s.cfg.Margin), batch)
 		return err
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func SchemaSQL(opts ...Option) (string, error) {
 	b.WriteString("\n-- What Migrate records, so that it (and New's version check) sees these applied.\n")
 	for _, m := range migs {
 		fmt.Fprintf(&b, "INSERT IGNORE INTO %s (table_name, version, mode, name, applied_at) VALUES ('%s', %d, 'plain', '%s', UTC_TIMESTAMP(6))\n;;\n",
-			n.migrations, cfg.table, m.version, m.name)
+			n.migrations, cfg.Table, m.version, m.name)
 	}
 	b.WriteString("\nDELIMITER ;\n")
 	return b.String(), nil

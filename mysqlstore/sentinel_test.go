@@ -77,7 +77,7 @@ func sentinelRealError(t *testing.T, key, failure string) {
 			t.Fatal(err)
 		}
 		var n int
-		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT token FROM "+s.cfg.table+" WHERE scope = ? AND `key` = ? FOR UPDATE) l", "tenant", key).Scan(&n); err != nil || n != 1 {
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT token FROM "+s.cfg.Table+" WHERE scope = ? AND `key` = ? FOR UPDATE) l", "tenant", key).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("lock the record: %d rows, %v", n, err)
 		}
 		done := make(chan error, 1)

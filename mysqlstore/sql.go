@@ -49,8 +49,8 @@ func us(col string) string { return fmt.Sprintf(epochUS, col) }
 // NOW(6), so UTC whatever the server's and the session's time_zone
 // (shifted in tests by withClockOffset).
 func (c config) clock() string {
-	if c.clockOffset != 0 {
-		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", c.clockOffset.Microseconds())
+	if c.ClockOffset != 0 {
+		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", c.ClockOffset.Microseconds())
 	}
 	return "UTC_TIMESTAMP(6)"
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,17 +14,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/internal/claimrule"
-	"github.com/idemkit/idem/internal/headerblob"
-)
-
-// Column limits (bytes), as declared in migration 0001. Longer values are
-// refused with an error before any statement is sent.
-const (
-	maxScope       = 1024
-	maxKey         = 1024
-	maxMethod      = 64
-	maxRoute       = 2048
-	maxFingerprint = 128
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // raceRetries bounds how often Claim calls the procedure again when the
@@ -42,6 +31,7 @@ type Store struct {
 	cfg   config
 	names names
 	sql   statements
+	stmts *sqlstore.Stmts
 
 	// schemaVersion is the highest migration this binary ships; schemaOK is
 	// set once the database has it (checkSchema), galera once the server
@@ -52,10 +42,6 @@ type Store struct {
 	// forceCausal sends the causal-read prefix even without Galera (tests:
 	// the prefixed statements must work on plain MariaDB too).
 	forceCausal bool
-
-	mu     sync.Mutex
-	stmts  map[string]*sql.Stmt
-	closed bool
 }
 
 var _ core.Store = (*Store)(nil)
@@ -82,10 +68,10 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		cfg:   cfg,
 		names: cfg.names(),
 		sql:   buildStatements(cfg),
-		stmts: map[string]*sql.Stmt{},
+		stmts: sqlstore.NewStmts(db),
 	}
-	if cfg.txDB != nil {
-		s.txDB = cfg.txDB
+	if cfg.TxDB != nil {
+		s.txDB = cfg.TxDB
 	}
 	migs, err := loadMigrations(cfg)
 	if err != nil {
@@ -106,40 +92,11 @@ func (s *Store) Galera() bool { return s.galera.Load() }
 
 // Close releases the statements the store prepared. It does not close the
 // *sql.DB. Using the store after Close returns an error.
-func (s *Store) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.stmts {
-		_ = st.Close()
-	}
-	s.stmts = nil
-	s.closed = true
-}
+func (s *Store) Close() { s.stmts.Close() }
 
 // stmt returns the prepared statement for query, preparing it on first use.
-// database/sql then re-prepares it on each connection that runs it, once.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errors.New("store is closed")
-	}
-	if st, ok := s.stmts[query]; ok {
-		return st, nil
-	}
-	st, err := s.db.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	s.stmts[query] = st
-	return st, nil
-}
-
-// prepared returns the statement for query if it was prepared already.
-func (s *Store) prepared(query string) *sql.Stmt {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stmts[query]
+	return s.stmts.Get(ctx, query)
 }
 
 // causal prefixes query with a causal-read wait when the store talks to a
@@ -220,7 +177,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	var v sql.NullInt64
 	err = s.db.QueryRowContext(ctx, s.causal(`SELECT MAX(version) FROM `+s.names.migrations+` WHERE table_name = ?`),
-		s.cfg.table).Scan(&v)
+		s.cfg.Table).Scan(&v)
 	if err != nil {
 		return wrap(ctx, "claim: check schema version", err)
 	}
@@ -230,29 +187,6 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	s.schemaOK.Store(true)
 	return nil
-}
-
-func checkLen(what string, v string, limit int) error {
-	if len(v) > limit {
-		return fmt.Errorf("%s is %d bytes, longer than the %d this store keeps", what, len(v), limit)
-	}
-	return nil
-}
-
-func validClaim(req *storekit.ClaimRequest) error {
-	if req.Lease < time.Microsecond {
-		return fmt.Errorf("lease %v must be at least 1µs (database precision)", req.Lease)
-	}
-	if req.Retention < time.Microsecond {
-		return fmt.Errorf("retention %v must be at least 1µs (database precision)", req.Retention)
-	}
-	return errors.Join(
-		checkLen("scope", req.Scope, maxScope),
-		checkLen("key", req.Key, maxKey),
-		checkLen("method", req.Method, maxMethod),
-		checkLen("route", req.Route, maxRoute),
-		checkLen("fingerprint", req.Fingerprint, maxFingerprint),
-	)
 }
 
 // Claim implements core.Store: one CALL of the claim procedure (migration
@@ -267,7 +201,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err := ctx.Err(); err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
-	if err := validClaim(&req); err != nil {
+	if err := sqlstore.ValidClaim(&req); err != nil {
 		return storekit.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	if !s.schemaOK.Load() {
@@ -324,7 +258,7 @@ func (s *Store) claimOnce(ctx context.Context, req *storekit.ClaimRequest) (stor
 		return storekit.ClaimResult{}, false, err
 	}
 	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
-		micros(req.Lease), micros(req.Retention), micros(s.cfg.clockOffset))
+		micros(req.Lease), micros(req.Retention), micros(s.cfg.ClockOffset))
 	if err != nil {
 		return storekit.ClaimResult{}, false, err
 	}
@@ -377,43 +311,11 @@ func (s *Store) read(ctx context.Context, req *storekit.ClaimRequest) (storekit.
 	return res, true, nil
 }
 
-type scanner interface{ Scan(dest ...any) error }
-
-// scanRecord scans the common column list of the claim procedure and Get:
-// method, route, fingerprint, status, token, locked_until, created_at,
-// expires_at (µs), resp_status, resp_header, resp_body, resp_not_retained,
-// claimed, now (µs), then extra destinations. Scope and key are the
-// caller's.
-func scanRecord(row scanner, claimed *bool, now *int64, extra ...any) (storekit.Record, error) {
-	var (
-		r                          storekit.Record
-		method, route, fp          []byte
-		status                     string
-		lockedUntil, created, exps int64
-		respStatus                 sql.NullInt32
-		respHeader, respBody       []byte
-		notRetained                bool
-	)
-	dst := []any{&method, &route, &fp, &status, &r.Token, &lockedUntil, &created, &exps,
-		&respStatus, &respHeader, &respBody, &notRetained, claimed, now}
-	if err := row.Scan(append(dst, extra...)...); err != nil {
-		return storekit.Record{}, err
-	}
-	r.Method, r.Route, r.Fingerprint = string(method), string(route), string(fp)
-	r.Status = storekit.Status(status)
-	r.LockedUntil, r.CreatedAt, r.ExpiresAt = fromMicros(lockedUntil), fromMicros(created), fromMicros(exps)
-	if r.Status == storekit.StatusCompleted && respStatus.Valid {
-		resp := &storekit.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
-		if len(respHeader) > 0 {
-			h, err := headerblob.Parse(respHeader)
-			if err != nil {
-				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
-			}
-			resp.Header = h
-		}
-		r.Response = resp
-	}
-	return r, nil
+// scanRecord scans the record columns (sqlstore.ScanRecord), then claimed
+// and now (µs), as the claim procedure and Get answer them, then extra
+// destinations. Scope and key are the caller's.
+func scanRecord(row sqlstore.Scanner, claimed *bool, now *int64, extra ...any) (storekit.Record, error) {
+	return sqlstore.ScanRecord(row, append([]any{claimed, now}, extra...)...)
 }
 
 // fenced runs a fenced UPDATE (retried after a deadlock or certification
@@ -455,14 +357,7 @@ func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Dur
 }
 
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
-	var header []byte
-	if len(resp.Header) > 0 {
-		header = headerblob.Append(nil, resp.Header)
-	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{} // NULL body would read back the same; keep NULL for "no response"
-	}
+	header, body := sqlstore.ResponseBlobs(resp)
 	return []any{int32(resp.Status), header, body, resp.NotRetained, f.Scope, f.Key, f.Token}
 }
 

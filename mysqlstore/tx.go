@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 var (
@@ -32,24 +32,6 @@ var (
 // behind. A mark is read only by the execution that wrote it, at its
 // Complete or Fail: a day is far beyond any handler's transaction.
 const markTTL = 24 * time.Hour
-
-// txKey is the lease attachment under which the transaction state lives.
-type txKey struct{}
-
-// txState is attached to a lease once (by Tx, Defer or Complete/Fail) and
-// never removed: after Complete or Fail it stays as a tombstone (done, no tx,
-// nothing deferred), so a late Tx or Defer call from a leaked handler
-// goroutine gets ErrLeaseFinished instead of opening a transaction nobody
-// will ever end or queueing a statement nobody will ever send.
-type txState struct {
-	mu       sync.Mutex
-	tx       *sql.Tx
-	deferred []deferredStmt // Defer's, in order
-	done     bool
-	// marked: the transaction's first statement inserted the commit mark
-	// (every transaction but a read-only one).
-	marked bool
-}
 
 // rollbackTimeout bounds the clean-up statements that run on a context
 // detached from the caller's (a cancelled request must not leave a
@@ -80,8 +62,9 @@ const rollbackTimeout = 5 * time.Second
 // When Complete finds the transaction ended, it reads the mark:
 //
 //   - absent (the handler rolled back, e.g. with the idiomatic
-//     `defer tx.Rollback()`, or its Commit failed): the writes did not
-//     land, so the response is NOT recorded; the key is released (a retry
+//     `defer tx.Rollback()`, or its Commit failed, or the server rolled
+//     the transaction back: a deadlock inside it, ROLLBACK sent as SQL):
+//     the writes did not land, so the response is NOT recorded; the key is released (a retry
 //     runs the handler again) and Complete returns ErrTxRolledBack, which
 //     the engine answers with a 500 instead of the handler's response;
 //   - present (the handler committed): the response is recorded by a plain
@@ -102,23 +85,15 @@ const rollbackTimeout = 5 * time.Second
 // handler runs on it still honours its own context). It holds a pool
 // connection until then; see "Pool sizing" in the README (and WithTxPool).
 func Tx(ctx context.Context) (*sql.Tx, error) {
-	lease, ok := core.LeaseFromContext(ctx)
-	if !ok {
-		return nil, ErrNoLease
+	lease, s, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "mysqlstore: tx")
+	if err != nil {
+		return nil, err
 	}
-	s := storeOf(lease)
-	if s == nil {
-		return nil, fmt.Errorf("mysqlstore: tx: the lease was granted by %T, not by a *mysqlstore.Store (or a store whose Unwrap returns one)", lease.Store())
-	}
-	st := attachState(lease)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.done {
-		return nil, ErrLeaseFinished
-	}
-	if st.tx == nil {
+	// The lease's state (sqlstore.State) is attached once and stays as a
+	// tombstone after Complete or Fail: a late call gets ErrLeaseFinished.
+	return sqlstore.StateOf(lease).Tx(ErrLeaseFinished, func() (*sql.Tx, bool, error) {
 		if err := ctx.Err(); err != nil {
-			return nil, wrap(ctx, "tx: begin", err)
+			return nil, false, wrap(ctx, "tx: begin", err)
 		}
 		if s.cfg.causal && s.txDB != s.db && (s.galera.Load() || s.forceCausal) {
 			// The claim committed through the store's own node; the
@@ -130,25 +105,24 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 			// did not help (tests/galera TestTxHandlerEnds, under load).
 			// One round trip more, on Galera with WithTxPool only.
 			if _, err := s.txDB.ExecContext(ctx, "SET STATEMENT wsrep_sync_wait = 1 FOR SELECT 1"); err != nil {
-				return nil, wrap(ctx, "tx: causal wait", err)
+				return nil, false, wrap(ctx, "tx: causal wait", err)
 			}
 		}
 		// database/sql rolls a transaction back when its context ends; this
 		// one must last until Complete or Fail, whatever the request does.
-		tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.txOpts)
+		tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.TxOpts)
 		if err != nil {
-			return nil, wrap(ctx, "tx: begin", err)
+			return nil, false, wrap(ctx, "tx: begin", err)
 		}
-		marked := s.cfg.txOpts == nil || !s.cfg.txOpts.ReadOnly
+		marked := s.cfg.TxMarked()
 		if marked {
 			if _, err := tx.ExecContext(ctx, s.markSQL(s.sql.markIns, lease.Fence().Token)+")"); err != nil {
 				_ = tx.Rollback()
-				return nil, wrap(ctx, "tx: begin: commit mark", err)
+				return nil, false, wrap(ctx, "tx: begin: commit mark", err)
 			}
 		}
-		st.tx, st.marked = tx, marked
-	}
-	return st.tx, nil
+		return tx, marked, nil
+	})
 }
 
 // markSQL completes a commit-mark statement with token.
@@ -183,38 +157,17 @@ func (s *Store) dropMark(ctx context.Context, token int64) {
 	_, _ = s.db.ExecContext(fctx, s.markSQL(s.sql.markDel, token))
 }
 
-// storeOf returns the *Store that granted lease, looking through store
-// decorators (metrics, tracing), or nil.
-func storeOf(lease *core.Lease) *Store {
-	s, _ := storekit.As[*Store](lease.Store())
-	return s
-}
-
-func attachState(lease *core.Lease) *txState {
-	v, _ := lease.Attach(txKey{}, func() (any, error) { return &txState{}, nil })
-	return v.(*txState)
-}
-
 // takeTx finishes the lease's transaction state for fence f and returns the
 // open transaction, if one was begun, whether it carries a commit mark, and
 // the statements queued by Defer. It returns nil, false, nil when ctx
 // carries no lease of this store for f. Either way, from now on Tx and Defer
 // refuse.
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []deferredStmt) {
-	lease, ok := core.LeaseFromContext(ctx)
-	if !ok || lease.Fence() != f {
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []sqlstore.Stmt) {
+	st := sqlstore.Owned(ctx, f, s)
+	if st == nil {
 		return nil, false, nil
 	}
-	if storeOf(lease) != s {
-		return nil, false, nil
-	}
-	st := attachState(lease)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.done = true
-	tx, deferred := st.tx, st.deferred
-	st.tx, st.deferred = nil, nil
-	return tx, st.marked, deferred
+	return st.Take()
 }
 
 // abandonTx rolls back the lease's transaction for f, if any, and drops the
@@ -223,13 +176,7 @@ func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []
 // committed is for the mark to say.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
 	tx, marked, _ := s.takeTx(ctx, f)
-	if tx == nil {
-		return false
-	}
-	// A failed rollback closes the connection, which ends the transaction
-	// server-side just the same.
-	err := tx.Rollback()
-	return marked && errors.Is(err, sql.ErrTxDone)
+	return sqlstore.Abandon(tx, marked)
 }
 
 // completeInTx deletes the commit mark, runs the fenced complete inside the
@@ -247,8 +194,14 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // and the commit did land, the record is completed and the fenced fail
 // matches nothing.) A deferred statement the server refused is reported
 // with storekit.ErrNotCommitted (completeFailed).
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
-	if s.cfg.txOpts != nil && s.cfg.txOpts.ReadOnly {
+//
+// The mark's DELETE must find the mark. The server may end the transaction
+// on its own (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
+// went past), database/sql does not know, and every later statement on tx
+// would autocommit: then the response is refused (ErrTxRolledBack) and the
+// key released before anything else runs.
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+	if !s.cfg.TxMarked() { // a read-only transaction
 		// The server refuses the fenced update inside a read-only
 		// transaction (1792), and there is nothing to commit with it:
 		// end the transaction and complete as for a handler that ended
@@ -259,11 +212,23 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	}
 	var err error
 	if marked {
-		_, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token))
+		var del sql.Result
+		if del, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token)); err == nil {
+			if n, _ := del.RowsAffected(); n != 1 {
+				// The server ended the transaction behind database/sql's
+				// back (ROLLBACK sent as SQL, a deadlock or a Galera abort
+				// inside the handler's transaction): the mark, and the
+				// writes with it, rolled back, and every later statement
+				// on tx would autocommit. Refuse before anything runs.
+				_ = tx.Rollback()
+				s.releaseAfterTxFailure(ctx, f)
+				return fmt.Errorf("mysqlstore: complete: the lease transaction was rolled back by the server: %w", ErrTxRolledBack)
+			}
+		}
 	}
 	var res sql.Result
 	if err == nil {
-		if st := s.prepared(s.sql.complete); st != nil {
+		if st := s.stmts.Prepared(s.sql.complete); st != nil {
 			res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 		} else {
 			// Not prepared yet: prepare on the transaction's own connection
@@ -302,7 +267,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 // lease transaction itself (see Tx): recorded only if the commit mark says
 // the writes committed (with the deferred statements, in a transaction of
 // their own); otherwise released, and ErrTxRolledBack.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {

@@ -394,3 +394,39 @@ func TestTxMarkKeptWhenEndFails(t *testing.T) {
 		})
 	}
 }
+
+// TestTxEndedByServer: the server ended the lease transaction behind
+// database/sql's back (here the handler sends ROLLBACK as SQL; a deadlock
+// (1213) or a Galera brute-force abort inside the handler's transaction
+// rolls it back the same way, and the connection goes on in autocommit).
+// Complete must refuse the response and release the key: running the
+// fenced complete in autocommit stores a 201 for writes that never landed.
+func TestTxEndedByServer(t *testing.T) {
+	db := mysqlstoretest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	hctx, f := handlerCtx(t, s, claimReq("a", time.Minute))
+	if err := book(hctx, "a", f.Token); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := Tx(hctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(hctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
+	if !errors.Is(err, ErrTxRolledBack) || !errors.Is(err, storekit.ErrNotCommitted) {
+		t.Errorf("Complete after the server ended the transaction: %v, want ErrTxRolledBack", err)
+	}
+	if n := ledgerRows(t, db, "a"); n != 0 {
+		t.Errorf("%d ledger rows, want 0", n)
+	}
+	if r, err := s.Get(t.Context(), f.Scope, f.Key); err != nil || r.Status != storekit.StatusFailed {
+		t.Errorf("record: %v %v, want failed (released: the writes did not land)", r.Status, err)
+	}
+	if n := markRows(t, db); n != 0 {
+		t.Errorf("%d marks, want 0", n)
+	}
+}

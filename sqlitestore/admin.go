@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // The operator's statements (storekit.Admin, used by cmd/idemctl). Stuck and
@@ -16,13 +17,6 @@ import (
 // Every instant is SQLite's.
 
 var _ storekit.Admin = (*Store)(nil)
-
-func nullTime(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return fromMicros(v.Int64)
-}
 
 // Inspect implements storekit.Admin: the record with its response and when it
 // completed. One SELECT.
@@ -41,7 +35,7 @@ func (s *Store) Inspect(ctx context.Context, scope, key string) (storekit.AdminR
 		return ar, wrap(ctx, "inspect", err)
 	}
 	r.Scope, r.Key = scope, key
-	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), nullTime(completed)
+	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), sqlstore.NullTime(completed)
 	return ar, nil
 }
 
@@ -61,20 +55,8 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]storekit.AdminRecord, e
 		return nil, wrap(ctx, "stuck", err)
 	}
 	defer rows.Close()
-	var out []storekit.AdminRecord
-	for rows.Next() {
-		var (
-			now        int64
-			scope, key []byte
-		)
-		r, err := scanRecord(rows, &now, &scope, &key)
-		if err != nil {
-			return nil, wrap(ctx, "stuck", err)
-		}
-		r.Scope, r.Key = string(scope), string(key)
-		out = append(out, storekit.AdminRecord{Record: r, Now: fromMicros(now)})
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlstore.ScanStuck(rows)
+	if err != nil {
 		return nil, wrap(ctx, "stuck", err)
 	}
 	return out, nil
@@ -136,7 +118,7 @@ func (s *Store) Stats(ctx context.Context) (storekit.Stats, error) {
 		if !status.Valid {
 			continue // the empty table's one row: only the clock
 		}
-		c.Status, c.Oldest = storekit.Status(status.String), nullTime(oldest)
+		c.Status, c.Oldest = storekit.Status(status.String), sqlstore.NullTime(oldest)
 		c.Count, c.UnderMinute, c.UnderHour, c.UnderDay = counts[0].Int64, counts[1].Int64, counts[2].Int64, counts[3].Int64
 		c.Older, c.Expired, c.Stuck = counts[4].Int64, counts[5].Int64, counts[6].Int64
 		st.ByStatus = append(st.ByStatus, c)

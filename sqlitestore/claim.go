@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/internal/claimrule"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // Claim implements core.Store. A plain read first (WAL readers never wait
@@ -23,7 +24,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err := ctx.Err(); err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
-	if err := validClaim(&req); err != nil {
+	if err := sqlstore.ValidClaim(&req); err != nil {
 		return storekit.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	if !s.schemaOK.Load() {

@@ -8,13 +8,8 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
-
-// deferredStmt is one statement queued by Defer.
-type deferredStmt struct {
-	query string
-	args  []any
-}
 
 // Defer queues a write of the current idem execution to run when idem
 // stores its response, in the same transaction as the stored response. It
@@ -50,29 +45,19 @@ type deferredStmt struct {
 // not modify a slice or map passed as an argument after queueing it. A
 // deferred statement must not end the transaction (COMMIT, ROLLBACK, END).
 func Defer(ctx context.Context, query string, args ...any) error {
-	lease, ok := core.LeaseFromContext(ctx)
-	if !ok {
-		return ErrNoLease
+	lease, _, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "sqlitestore: defer")
+	if err != nil {
+		return err
 	}
-	if storeOf(lease) == nil {
-		return fmt.Errorf("sqlitestore: defer: the lease was granted by %T, not by a *sqlitestore.Store (or a store whose Unwrap returns one)", lease.Store())
-	}
-	st := attachState(lease)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.done {
-		return ErrLeaseFinished
-	}
-	st.deferred = append(st.deferred, deferredStmt{query: query, args: args})
-	return nil
+	return sqlstore.StateOf(lease).Defer(ErrLeaseFinished, query, args)
 }
 
 // execDeferred runs the deferred statements on tx, in order, and stops at
 // the first that fails. Not interruptible (sctx): an interrupted write
 // would make SQLite end the transaction behind database/sql's back.
-func execDeferred(sctx context.Context, tx *sql.Tx, deferred []deferredStmt) error {
+func execDeferred(sctx context.Context, tx *sql.Tx, deferred []sqlstore.Stmt) error {
 	for i, d := range deferred {
-		if _, err := tx.ExecContext(sctx, d.query, d.args...); err != nil {
+		if _, err := tx.ExecContext(sctx, d.Query, d.Args...); err != nil {
 			return fmt.Errorf("deferred statement %d of %d: %w", i+1, len(deferred), err)
 		}
 	}
@@ -107,7 +92,7 @@ func deferredFailed(ctx context.Context, err error) error {
 // as not retained instead of released, as Fail does then (see Tx): a retry
 // must not run them again. Its commit mark is deleted once the record is
 // completed (or was moved on by another owner), and kept otherwise.
-func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []deferredStmt, args []any, handlerCommitted bool) error {
+func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []sqlstore.Stmt, args []any, handlerCommitted bool) error {
 	const (
 		stepComplete = iota // BEGIN and the fenced complete
 		stepDeferred

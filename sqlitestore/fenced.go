@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/headerblob"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // fenced runs a fenced UPDATE on the store's pool (autocommit: the
@@ -60,14 +60,7 @@ func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Dur
 }
 
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
-	var header []byte
-	if len(resp.Header) > 0 {
-		header = headerblob.Append(nil, resp.Header)
-	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{} // NULL is kept for "no response"
-	}
+	header, body := sqlstore.ResponseBlobs(resp)
 	return []any{int32(resp.Status), header, body, resp.NotRetained, b(f.Scope), b(f.Key), f.Token}
 }
 

@@ -73,7 +73,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 		for _, m := range migs {
 			var done int
 			if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+n.migrations+" WHERE table_name = ? AND version = ?",
-				cfg.table, m.version).Scan(&done); err != nil {
+				cfg.Table, m.version).Scan(&done); err != nil {
 				return wrap(ctx, "migrate: read versions", err)
 			}
 			if done > 0 {
@@ -85,7 +85,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 				}
 			}
 			if _, err := conn.ExecContext(ctx, "INSERT INTO "+n.migrations+" (table_name, version, name) VALUES (?, ?, ?)",
-				cfg.table, m.version, m.name); err != nil {
+				cfg.Table, m.version, m.name); err != nil {
 				return wrap(ctx, "migrate: record "+m.name, err)
 			}
 		}

@@ -2,11 +2,10 @@ package sqlitestore
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/internal/sqlident"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -24,7 +23,6 @@ func (f optionFunc) apply(c *config) {
 }
 
 const (
-	defaultTable = "idem_records"
 	// DefaultRetentionMargin is the retention margin used unless
 	// WithRetentionMargin says otherwise.
 	DefaultRetentionMargin = time.Hour
@@ -36,32 +34,20 @@ const (
 )
 
 type config struct {
-	table  string
-	margin time.Duration
-	txDB   *sql.DB
-	txOpts *sql.TxOptions
-	poll   time.Duration
+	sqlstore.Config // table, margin, Tx's pool and options, clock offset
 
-	// clockOffset shifts the database clock the store reads. Tests only:
-	// it drives a record past retention without waiting.
-	clockOffset time.Duration
-
-	errs []error
+	poll time.Duration
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{table: defaultTable, margin: DefaultRetentionMargin, poll: DefaultPollInterval}
+	c := config{Config: sqlstore.NewConfig(DefaultRetentionMargin), poll: DefaultPollInterval}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
 		}
 	}
-	errs := c.errs
-	if err := sqlident.Valid("table", c.table, maxTableLen); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return config{}, fmt.Errorf("sqlitestore: invalid options: %w", err)
+	if err := c.Valid("sqlitestore", maxTableLen); err != nil {
+		return config{}, err
 	}
 	return c, nil
 }
@@ -73,7 +59,7 @@ func newConfig(opts []Option) (config, error) {
 //
 // Default: "idem_records".
 func WithTable(name string) Option {
-	return optionFunc(func(c *config) { c.table = name })
+	return optionFunc(func(c *config) { c.Table = name })
 }
 
 // WithRetentionMargin sets how long past its expires_at a record is kept
@@ -82,13 +68,7 @@ func WithTable(name string) Option {
 //
 // Default: DefaultRetentionMargin (1h).
 func WithRetentionMargin(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("retention margin %v is negative", d))
-			return
-		}
-		c.margin = d
-	})
+	return optionFunc(func(c *config) { c.SetMargin(d) })
 }
 
 // WithTxDB sets the pool Tx begins business transactions on. It must open
@@ -96,13 +76,7 @@ func WithRetentionMargin(d time.Duration) Option {
 //
 // Default: the *sql.DB passed to New.
 func WithTxDB(db *sql.DB) Option {
-	return optionFunc(func(c *config) {
-		if db == nil {
-			c.errs = append(c.errs, errors.New("tx db is nil"))
-			return
-		}
-		c.txDB = db
-	})
+	return optionFunc(func(c *config) { c.SetTxDB(db) })
 }
 
 // WithTxOptions sets the options Tx begins business transactions with. A
@@ -110,7 +84,7 @@ func WithTxDB(db *sql.DB) Option {
 //
 // Default: nil (a read-write transaction).
 func WithTxOptions(opts *sql.TxOptions) Option {
-	return optionFunc(func(c *config) { c.txOpts = opts })
+	return optionFunc(func(c *config) { c.TxOpts = opts })
 }
 
 // WithPollInterval sets how often a Watch (wait mode) checks whether
@@ -122,7 +96,7 @@ func WithTxOptions(opts *sql.TxOptions) Option {
 func WithPollInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("poll interval %v must be positive", d))
+			c.Errs = append(c.Errs, fmt.Errorf("poll interval %v must be positive", d))
 			return
 		}
 		c.poll = d
@@ -131,7 +105,7 @@ func WithPollInterval(d time.Duration) Option {
 
 // withClockOffset shifts the database clock the store reads. Tests only.
 func withClockOffset(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.clockOffset = d })
+	return optionFunc(func(c *config) { c.ClockOffset = d })
 }
 
 // names holds the quoted identifiers derived from a config.
@@ -144,13 +118,13 @@ func quote(name string) string { return `"` + name + `"` }
 
 func (c config) names() names {
 	return names{
-		table:       quote(c.table),
-		tokens:      quote(c.table + "_tokens"),
-		steps:       quote(c.table + "_steps"),
-		txMarks:     quote(c.table + "_txmarks"),
-		expiresIdx:  quote(c.table + "_expires_idx"),
-		trgComplete: quote(c.table + "_steps_on_complete"),
-		trgDelete:   quote(c.table + "_steps_on_delete"),
+		table:       quote(c.Table),
+		tokens:      quote(c.Table + "_tokens"),
+		steps:       quote(c.Table + "_steps"),
+		txMarks:     quote(c.Table + "_txmarks"),
+		expiresIdx:  quote(c.Table + "_expires_idx"),
+		trgComplete: quote(c.Table + "_steps_on_complete"),
+		trgDelete:   quote(c.Table + "_steps_on_delete"),
 		migrations:  quote("idem_schema_migrations"),
 	}
 }

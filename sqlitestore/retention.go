@@ -30,7 +30,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 		return 0, wrap(ctx, "sweep", err)
 	}
 	defer s.wr.unlock()
-	res, err := s.db.ExecContext(ctx, s.sql.sweep, micros(s.cfg.margin), batch)
+	res, err := s.db.ExecContext(ctx, s.sql.sweep, micros(s.cfg.Margin), batch)
 	if err != nil {
 		return 0, wrap(ctx, "sweep", err)
 	}

@@ -36,8 +36,8 @@ func fenceOn(a string) string {
 // statement. Shifted in tests by withClockOffset.
 func (c config) clock() string {
 	e := "(CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
-	if c.clockOffset != 0 {
-		e = fmt.Sprintf("(%s + %d)", e, c.clockOffset.Microseconds())
+	if c.ClockOffset != 0 {
+		e = fmt.Sprintf("(%s + %d)", e, c.ClockOffset.Microseconds())
 	}
 	return e
 }

@@ -61,13 +61,8 @@ func (s *Store) SaveStep(ctx context.Context, f storekit.Fence, name string, res
 	if len(result) > core.MaxStepBytes {
 		return fmt.Errorf("sqlitestore: save step: %w", core.ErrStepTooLarge)
 	}
-	if st := s.openTx(f); st != nil {
-		st.mu.Lock()
-		open := st.tx != nil && st.marked
-		st.mu.Unlock()
-		if open {
-			return ErrStepInTx
-		}
+	if st := s.openTx(f); st != nil && st.MarkedTxOpen() {
+		return ErrStepInTx
 	}
 	if result == nil {
 		result = []byte{}

@@ -12,17 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/headerblob"
-)
-
-// Column limits (bytes), as the other stores keep. Longer values are
-// refused with an error before any statement runs.
-const (
-	maxScope       = 1024
-	maxKey         = 1024
-	maxMethod      = 64
-	maxRoute       = 2048
-	maxFingerprint = 128
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 // Store is a core.Store backed by one SQLite database file. It is safe for
@@ -35,18 +25,15 @@ type Store struct {
 	cfg   config
 	names names
 	sql   statements
+	stmts *sqlstore.Stmts
 
 	schemaVersion int
 	schemaOK      atomic.Bool
 
-	mu     sync.Mutex
-	stmts  map[string]*sql.Stmt
-	closed bool
-
 	// txs holds the open lease transactions (Tx) by fence, so that their
 	// heartbeats run inside them (see Heartbeat).
 	txMu sync.Mutex
-	txs  map[storekit.Fence]*txState
+	txs  map[storekit.Fence]*sqlstore.State
 
 	watch watchers
 	// wr serialises the store's own writes in this process (writer.go).
@@ -73,12 +60,12 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		db: db, txDB: db, cfg: cfg, names: cfg.names(), sql: buildStatements(cfg),
-		stmts: map[string]*sql.Stmt{}, txs: map[storekit.Fence]*txState{}, wr: newWriter(),
+		stmts: sqlstore.NewStmts(db), txs: map[storekit.Fence]*sqlstore.State{}, wr: newWriter(),
 		claims: map[watchKey]chan struct{}{},
 	}
 	s.watch.init(s)
-	if cfg.txDB != nil {
-		s.txDB = cfg.txDB
+	if cfg.TxDB != nil {
+		s.txDB = cfg.TxDB
 	}
 	migs, err := loadMigrations(cfg)
 	if err != nil {
@@ -98,31 +85,12 @@ func (s *Store) DB() *sql.DB { return s.db }
 // returns an error.
 func (s *Store) Close() {
 	s.watch.close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.stmts {
-		_ = st.Close()
-	}
-	s.stmts = nil
-	s.closed = true
+	s.stmts.Close()
 }
 
 // stmt returns the prepared statement for query, preparing it on first use.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errors.New("store is closed")
-	}
-	if st, ok := s.stmts[query]; ok {
-		return st, nil
-	}
-	st, err := s.db.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	s.stmts[query] = st
-	return st, nil
+	return s.stmts.Get(ctx, query)
 }
 
 // inTx returns the prepared statement for query bound to tx.
@@ -163,7 +131,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 		return errors.New("sqlitestore: claim: the connection's busy_timeout is 0: concurrent writers would fail with SQLITE_BUSY at once (open the database with sqlitestore.OpenDB, or add _pragma=busy_timeout(10000) to the DSN)")
 	}
 	var v sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM `+s.names.migrations+` WHERE table_name = ?`, s.cfg.table).Scan(&v)
+	err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM `+s.names.migrations+` WHERE table_name = ?`, s.cfg.Table).Scan(&v)
 	if err != nil {
 		return wrap(ctx, "claim: check schema version", err)
 	}
@@ -175,30 +143,6 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	return nil
 }
 
-func checkLen(what string, v string, limit int) error {
-	if len(v) > limit {
-		return fmt.Errorf("%s is %d bytes, longer than the %d this store keeps", what, len(v), limit)
-	}
-	return nil
-}
-
-func validClaim(req *storekit.ClaimRequest) error {
-	// Instants are kept in µs (the clock itself ticks in ms).
-	if req.Lease < time.Microsecond {
-		return fmt.Errorf("lease %v must be at least 1µs", req.Lease)
-	}
-	if req.Retention < time.Microsecond {
-		return fmt.Errorf("retention %v must be at least 1µs", req.Retention)
-	}
-	return errors.Join(
-		checkLen("scope", req.Scope, maxScope),
-		checkLen("key", req.Key, maxKey),
-		checkLen("method", req.Method, maxMethod),
-		checkLen("route", req.Route, maxRoute),
-		checkLen("fingerprint", req.Fingerprint, maxFingerprint),
-	)
-}
-
 // b binds a string as a BLOB: SQLite never finds a TEXT value equal to a
 // BLOB, and BLOBs compare byte for byte.
 func b(v string) []byte {
@@ -208,38 +152,8 @@ func b(v string) []byte {
 	return []byte(v)
 }
 
-type scanner interface{ Scan(dest ...any) error }
-
-// scanRecord scans recordCols, then now (µs), then extra destinations.
-// Scope and key are the caller's.
-func scanRecord(row scanner, now *int64, extra ...any) (storekit.Record, error) {
-	var (
-		r                          storekit.Record
-		method, route, fp          []byte
-		status                     string
-		lockedUntil, created, exps int64
-		respStatus                 sql.NullInt32
-		respHeader, respBody       []byte
-		notRetained                bool
-	)
-	dst := []any{&method, &route, &fp, &status, &r.Token, &lockedUntil, &created, &exps,
-		&respStatus, &respHeader, &respBody, &notRetained, now}
-	if err := row.Scan(append(dst, extra...)...); err != nil {
-		return storekit.Record{}, err
-	}
-	r.Method, r.Route, r.Fingerprint = string(method), string(route), string(fp)
-	r.Status = storekit.Status(status)
-	r.LockedUntil, r.CreatedAt, r.ExpiresAt = fromMicros(lockedUntil), fromMicros(created), fromMicros(exps)
-	if r.Status == storekit.StatusCompleted && respStatus.Valid {
-		resp := &storekit.StoredResponse{Status: int(respStatus.Int32), Body: respBody, NotRetained: notRetained}
-		if len(respHeader) > 0 {
-			h, err := headerblob.Parse(respHeader)
-			if err != nil {
-				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
-			}
-			resp.Header = h
-		}
-		r.Response = resp
-	}
-	return r, nil
+// scanRecord scans the record columns (sqlstore.ScanRecord), then now
+// (µs), then extra destinations. Scope and key are the caller's.
+func scanRecord(row sqlstore.Scanner, now *int64, extra ...any) (storekit.Record, error) {
+	return sqlstore.ScanRecord(row, append([]any{now}, extra...)...)
 }

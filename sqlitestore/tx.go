@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/internal/sqlstore"
 )
 
 var (
@@ -37,19 +37,6 @@ const markTTL = 24 * time.Hour
 // rollbackTimeout bounds the clean-up statements that run on a context
 // detached from the caller's.
 const rollbackTimeout = 5 * time.Second
-
-type txKey struct{}
-
-// txState is attached to a lease once and never removed: after Complete
-// or Fail it stays as a tombstone (done, no tx, no deferred statements),
-// so a late Tx or Defer call gets ErrLeaseFinished.
-type txState struct {
-	mu       sync.Mutex
-	tx       *sql.Tx
-	deferred []deferredStmt // Defer's, in order
-	done     bool
-	marked   bool
-}
 
 // Tx returns the business transaction of the current idem execution,
 // beginning it on first use. ctx must be (or derive from) the context of a
@@ -79,34 +66,28 @@ type txState struct {
 // retained; a takeover of a lapsed lease that finds the mark does the same
 // instead of running the handler again.
 func Tx(ctx context.Context) (*sql.Tx, error) {
-	lease, ok := core.LeaseFromContext(ctx)
-	if !ok {
-		return nil, ErrNoLease
+	lease, s, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "sqlitestore: tx")
+	if err != nil {
+		return nil, err
 	}
-	s := storeOf(lease)
-	if s == nil {
-		return nil, fmt.Errorf("sqlitestore: tx: the lease was granted by %T, not by a *sqlitestore.Store (or a store whose Unwrap returns one)", lease.Store())
-	}
-	st := attachState(lease)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.done {
-		return nil, ErrLeaseFinished
-	}
-	if st.tx == nil {
+	// The lease's state (sqlstore.State) is attached once and stays as a
+	// tombstone after Complete or Fail: a late call gets ErrLeaseFinished.
+	st := sqlstore.StateOf(lease)
+	return st.Tx(ErrLeaseFinished, func() (*sql.Tx, bool, error) {
 		if err := ctx.Err(); err != nil {
-			return nil, wrap(ctx, "tx: begin", err)
+			return nil, false, wrap(ctx, "tx: begin", err)
 		}
 		tx, marked, err := s.beginLeaseTx(ctx, lease.Fence().Token)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		st.tx, st.marked = tx, marked
+		// Under st's lock still: takeTx finds it here (or through ctx) and
+		// waits for Tx to return.
 		s.txMu.Lock()
 		s.txs[lease.Fence()] = st
 		s.txMu.Unlock()
-	}
-	return st.tx, nil
+		return tx, marked, nil
+	})
 }
 
 // beginLeaseTx begins the lease transaction and, unless it is read-only,
@@ -116,7 +97,7 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 // writer slot is released once the lock is held: the transaction keeps the
 // lock, and other writers wait for it in SQLite (see Tx).
 func (s *Store) beginLeaseTx(ctx context.Context, token int64) (*sql.Tx, bool, error) {
-	marked := s.cfg.txOpts == nil || !s.cfg.txOpts.ReadOnly
+	marked := s.cfg.TxMarked()
 	if marked {
 		if err := s.wr.lock(ctx); err != nil {
 			return nil, false, wrap(ctx, "tx: begin", err)
@@ -124,7 +105,7 @@ func (s *Store) beginLeaseTx(ctx context.Context, token int64) (*sql.Tx, bool, e
 		defer s.wr.unlock()
 	}
 	// It must last until Complete or Fail, whatever the request does.
-	tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.txOpts)
+	tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.TxOpts)
 	if err != nil {
 		return nil, false, wrap(ctx, "tx: begin", err)
 	}
@@ -137,18 +118,8 @@ func (s *Store) beginLeaseTx(ctx context.Context, token int64) (*sql.Tx, bool, e
 	return tx, marked, nil
 }
 
-func storeOf(lease *core.Lease) *Store {
-	s, _ := storekit.As[*Store](lease.Store())
-	return s
-}
-
-func attachState(lease *core.Lease) *txState {
-	v, _ := lease.Attach(txKey{}, func() (any, error) { return &txState{}, nil })
-	return v.(*txState)
-}
-
 // openTx reports whether f's lease has a transaction open in this store.
-func (s *Store) openTx(f storekit.Fence) *txState {
+func (s *Store) openTx(f storekit.Fence) *sqlstore.State {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	return s.txs[f]
@@ -162,22 +133,22 @@ func (s *Store) heartbeatInTx(ctx context.Context, f storekit.Fence, args []any)
 	if st == nil {
 		return false, false, nil
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.tx == nil || !st.marked {
-		return false, false, nil
-	}
-	// Not interruptible: an interrupted write inside the transaction would
-	// make SQLite roll the handler's writes back.
-	res, err := st.tx.ExecContext(context.WithoutCancel(ctx), s.sql.heartbeat, args...)
-	if errors.Is(err, sql.ErrTxDone) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, true, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, true, err
+	st.InMarkedTx(func(tx *sql.Tx) {
+		// Not interruptible: an interrupted write inside the transaction
+		// would make SQLite roll the handler's writes back.
+		res, xerr := tx.ExecContext(context.WithoutCancel(ctx), s.sql.heartbeat, args...)
+		if errors.Is(xerr, sql.ErrTxDone) {
+			return
+		}
+		inTx, err = true, xerr
+		if err != nil {
+			return
+		}
+		var n int64
+		n, err = res.RowsAffected()
+		ok = n > 0
+	})
+	return ok, inTx, err
 }
 
 // takeTx finishes the lease's transaction state for f and returns the open
@@ -186,23 +157,18 @@ func (s *Store) heartbeatInTx(ctx context.Context, f storekit.Fence, args []any)
 // the store's table of open transactions (a Complete on a context without
 // the lease must still end the transaction: it holds the write lock the
 // plain UPDATE would wait for). From now on Tx and Defer refuse.
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []deferredStmt) {
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []sqlstore.Stmt) {
 	s.txMu.Lock()
 	st := s.txs[f]
 	delete(s.txs, f)
 	s.txMu.Unlock()
-	if lease, ok := core.LeaseFromContext(ctx); ok && lease.Fence() == f && storeOf(lease) == s {
-		st = attachState(lease)
+	if own := sqlstore.Owned(ctx, f, s); own != nil {
+		st = own
 	}
 	if st == nil {
 		return nil, false, nil
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.done = true
-	tx, deferred := st.tx, st.deferred
-	st.tx, st.deferred = nil, nil
-	return tx, st.marked, deferred
+	return st.Take()
 }
 
 // abandonTx rolls back the lease's transaction for f, if any, drops the
@@ -210,11 +176,7 @@ func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []
 // transaction itself.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
 	tx, marked, _ := s.takeTx(ctx, f)
-	if tx == nil {
-		return false
-	}
-	err := tx.Rollback()
-	return marked && errors.Is(err, sql.ErrTxDone)
+	return sqlstore.Abandon(tx, marked)
 }
 
 // completeInTx deletes the commit mark, runs the fenced complete and then
@@ -233,7 +195,7 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // the response is refused (ErrTxRolledBack) before anything else runs.
 // The store's own statements here run without ctx's cancellation, so that
 // an interrupt cannot split them.
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
 	sctx := context.WithoutCancel(ctx)
 	var err error
 	if marked {
@@ -283,7 +245,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 // statements then run with the fenced complete in a transaction of their
 // own; if they fail, the handler's writes stand and the record is completed
 // as not retained.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []deferredStmt, args []any) error {
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {
