@@ -25,8 +25,10 @@ import (
 // completes, as `defer tx.Rollback()` does (issue 19, defect 1): its
 // Complete must then not record the response (storekit.ErrNotCommitted) and
 // may only release the key. Some handlers commit their transaction
-// themselves and crash before Complete (CommitCrash): a takeover must
-// complete their record as not retained, never run them again.
+// themselves (CommitCrash) and crash before Complete: a takeover must
+// complete their record as not retained, never run them again; or go on
+// (CommitThenFinish): Complete records the response, Fail completes the
+// record as not retained.
 func myEnvs(t *testing.T, transactional bool) func(h int) *Env {
 	t.Helper()
 	cfg := mysqlstoretest.Database(t, "")
@@ -99,6 +101,7 @@ func myEnvs(t *testing.T, transactional bool) func(h int) *Env {
 			return err
 		}
 		env.HandlerEndsTx = endsTx
+		env.CommitThenFinish = true
 		env.CommitSelf = func(ctx context.Context, f storekit.Fence) error {
 			tx, err := mysqlstore.Tx(ctx)
 			if err != nil {
