@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -217,15 +218,21 @@ func sqliteEnvs(t *testing.T, transactional bool) (func(h int) *Env, *twoProcs) 
 			return err
 		}
 		_, err = tx.ExecContext(ctx, insert, []byte(f.Scope), []byte(f.Key), f.Token)
-		if endsTx(f) {
-			if f.Token%4 < 2 {
-				_ = tx.Rollback()
-			} else {
-				// Behind database/sql's back: the *sql.Tx looks open.
-				_, _ = tx.ExecContext(ctx, "ROLLBACK")
-			}
+		if !endsTx(f) {
+			return err
 		}
-		return err
+		// Input.Ended says the writes rolled back: a rollback that did not
+		// happen fails the write (the runner then fails the lease). Not on
+		// the cancellable context: database/sql sends nothing on a context
+		// that ended, and the writes would commit with the response.
+		var rerr error
+		if f.Token%4 < 2 {
+			rerr = tx.Rollback()
+		} else {
+			// Behind database/sql's back: the *sql.Tx looks open.
+			_, rerr = tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		return errors.Join(err, rerr)
 	}
 	commitSelf := func(ctx context.Context, f storekit.Fence) error {
 		ctx, done := procs.call(ctx)
