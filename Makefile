@@ -17,8 +17,9 @@ test: services pgbouncer consumer
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 ## model: tests/model at length: many more randomized concurrent histories per store (memstore,
-## pgstore plain and transactional, WithInsertFirst across its switch, WithPartitioning and
-## examples/payments' configuration, mysqlstore, with connection kills) checked for linearizability
+## pgstore, mysqlstore and sqlitestore, plain and transactional; pgstore also WithInsertFirst across
+## its switch, WithPartitioning and examples/payments' configuration; with connection kills or, for
+## sqlitestore, cancelled calls and two processes on one file) checked for linearizability
 ## against the protocol's reference model. `make test` runs a bounded number (IDEM_MODEL_ITER
 ## sets it; IDEM_MODEL_SEED replays a seed's choices).
 MODEL_ITER ?= 400

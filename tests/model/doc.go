@@ -13,9 +13,9 @@
 // of one incarnation and never seen by the next, a fingerprint mismatch
 // answered with the existing record unchanged, and, in transactional
 // mode, a response recorded exactly when the business write committed
-// (and, for mysqlstore, a handler that committed its own transaction and
-// crashed before Complete never run again: a takeover completes its record
-// as not retained).
+// (and, for mysqlstore and sqlitestore, a handler that committed its own
+// transaction never run again: a takeover after its crash, or idem's Fail
+// after it, completes its record as not retained).
 //
 // Time: every claim takes a lease of an hour and a retention of 1000
 // hours, so nothing lapses by itself during a history; leases lapse and
@@ -28,11 +28,13 @@
 // outcome: the checker lets it take effect at any point after its call,
 // or never.
 //
-// The tests run the model against memstore, pgstore and mysqlstore, each
-// database store plain and transactional (a ledger row written in the
-// lease's transaction, audited against the responses recorded), with
-// kills of the test's own database connections at random points, and
-// against deliberately broken stores to show the checker catches them.
+// The tests run the model against memstore, pgstore, mysqlstore and
+// sqlitestore, each database store plain and transactional (a ledger row
+// written in the lease's transaction, audited against the responses
+// recorded), with kills of the test's own database connections at random
+// points (sqlitestore, which has none: calls whose context ends a moment
+// in, and two processes' stores on one file), and against deliberately
+// broken stores to show the checker catches them.
 // pgstore also runs in the configurations users ship (pgvariants_test.go):
 // WithPartitioning, plain and transactional, and WithInsertFirst, plain,
 // transactional and as examples/payments configures it (ledger rows
@@ -44,9 +46,10 @@
 //
 // Environment: IDEM_MODEL_ITER sets the number of histories per store
 // (make model runs many more than make test); IDEM_MODEL_SEED replays a
-// seed's choices (not its interleaving). In mysqlstore's transactional
-// runs the handler of every other lease ends its own transaction before
-// idem completes, as `defer tx.Rollback()` does (its Complete must answer
+// seed's choices (not its interleaving). In mysqlstore's and
+// sqlitestore's transactional runs the handler of every other lease ends
+// its own transaction before idem completes, as `defer tx.Rollback()` does
+// (sqlitestore: or with ROLLBACK sent as SQL; its Complete must answer
 // storekit.ErrNotCommitted and record nothing); IDEM_MODEL_DEFER_ROLLBACK=0
 // turns that off, =1 makes every handler do it.
 package model

@@ -40,7 +40,9 @@ const (
 	// transaction itself (its ledger write and the store's commit mark,
 	// mysqlstore.Tx), then its process dies before Complete. A takeover of
 	// the lapsed lease must then not run the handler again: the claim
-	// completes the record as not retained (NotRetainedResp) instead.
+	// completes the record as not retained (NotRetainedResp) instead. (Or
+	// the handler goes on, Env.CommitThenFinish: its Complete records the
+	// response, its Fail completes the record as not retained.)
 	CommitCrash
 )
 
@@ -172,8 +174,13 @@ type State [MaxKeys]rec
 // whose handler's writes committed (CommitCrash): it completes the record
 // as not retained instead of taking it over.
 func (r *rec) sealed(fp string) bool {
-	return r.present && !r.expired && r.fp == fp && r.status == storekit.StatusProcessing && !r.live &&
-		slices.Contains(strings.Split(r.marks, ","), strconv.FormatInt(r.tok, 10))
+	return r.present && !r.expired && r.fp == fp && r.status == storekit.StatusProcessing && !r.live && r.marked(r.tok)
+}
+
+// marked reports whether the handler holding tok committed its
+// transaction itself (CommitCrash).
+func (r *rec) marked(tok int64) bool {
+	return slices.Contains(strings.Split(r.marks, ","), strconv.FormatInt(tok, 10))
 }
 
 func (r *rec) owned(tok int64) bool {
@@ -318,6 +325,11 @@ func step(s State, in Input, out Output) []State {
 			}
 		case Fail:
 			n.status, n.live = storekit.StatusFailed, false
+			if r.marked(in.Tok) {
+				// The handler committed its writes itself (CommitCrash, and
+				// it went on): failing must not let a retry run it again.
+				n.status, n.resp, n.steps = storekit.StatusCompleted, NotRetainedResp, Steps{}
+			}
 		case SaveStep:
 			n.steps[in.Step] = in.Val
 		}

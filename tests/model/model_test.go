@@ -181,6 +181,32 @@ func TestModelRules(t *testing.T) {
 			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
 			op(Input{Kind: Expire}, Output{}),
 			claimOp("A", true, true, proc(2, "A")))},
+		// The handler committed its transaction itself and went on
+		// (Env.CommitThenFinish): idem's Complete and Fail follow, with no
+		// business write of their own.
+		{"handler's commit, then complete: response recorded", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1"}, Output{}),
+			op(Input{Kind: Get}, Output{Rec: done(1, "r1")}),
+			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
+		{"handler's commit, then fail: completed not retained", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Fail, Tok: 1}, Output{}),
+			claimOp("A", false, false, View{Status: storekit.StatusCompleted, Tok: 1, FP: "A", Resp: NotRetainedResp}))},
+		{"handler's commit, then fail: released, run again", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Fail, Tok: 1}, Output{}),
+			claimOp("A", true, false, proc(2, "A")))},
+		{"handler's commit, then a refused fail: the record unchanged", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1}, Output{}),
+			op(Input{Kind: Release, Tok: 1, Live: true}, Output{}),
+			op(Input{Kind: Fail, Tok: 1}, Output{Res: LeaseLost}),
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 1, FP: "A"}}),
+			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
 		// The handler rolled its own transaction back (Input.Ended).
 		{"handler's rollback: response refused, key released", true, seq(
 			claimOp("A", true, true, proc(1, "A")),

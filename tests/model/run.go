@@ -53,8 +53,15 @@ type Env struct {
 	HandlerEndsTx func(f storekit.Fence) bool
 	// CommitSelf, when set, writes the ledger row for f in the lease's
 	// business transaction and commits it itself (ctx carries the lease):
-	// the CommitCrash step, after which the client forgets the lease.
+	// the CommitCrash step, after which the client forgets the lease
+	// (unless CommitThenFinish).
 	CommitSelf func(ctx context.Context, f storekit.Fence) error
+	// CommitThenFinish: after CommitSelf, the handler sometimes goes on
+	// (the process does not crash), and idem completes or fails its lease
+	// later, with no ledger write of its own (the handler's is committed):
+	// a Complete must record the response, a Fail complete the record as
+	// not retained (mysqlstore.Tx, sqlitestore.Tx).
+	CommitThenFinish bool
 	// Kill, when set, ends one of the store's own database connections at
 	// a random point of the history (pg_terminate_backend, KILL
 	// CONNECTION), so that calls in flight fail with an unknown outcome.
@@ -329,6 +336,11 @@ type client struct {
 	old    []storekit.Fence // fences this client held: stale (or not) writes
 	seen   []storekit.Fence // processing records read by Get: Release targets
 	n      int
+	// committed: the handler holding lease committed its transaction
+	// itself and went on (Env.CommitThenFinish); its calls run on the
+	// context of that lease, as a handler's do (the store finds the
+	// committed transaction through it).
+	committed *core.Lease
 
 	kills *atomic.Int32
 	wg    *sync.WaitGroup
@@ -494,16 +506,21 @@ func (c *client) owner() {
 		c.fenced(f, Complete)
 	case r < 93:
 		c.fenced(f, Fail)
-	case c.env.CommitSelf != nil && c.chance(50):
+	case c.env.CommitSelf != nil && c.committed == nil && c.chance(50):
 		// The handler committed its transaction itself, then the process
 		// crashed: the lease is left to lapse, and nobody uses it again.
-		c.do(Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token}, func(ctx context.Context) (Output, error) {
-			ctx = storetest.ContextWithLease(ctx, storetest.NewLease(c.env.Store, f))
-			if err := c.env.CommitSelf(ctx, f); err != nil {
+		// Or (CommitThenFinish) the handler goes on.
+		lease := storetest.NewLease(c.env.Store, f)
+		out := c.do(Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token}, func(ctx context.Context) (Output, error) {
+			if err := c.env.CommitSelf(storetest.ContextWithLease(ctx, lease), f); err != nil {
 				return Output{Res: Unknown}, err
 			}
 			return Output{Res: OK}, nil
 		})
+		if c.env.CommitThenFinish && out.Res == OK && c.chance(50) {
+			c.committed = lease
+			return
+		}
 		c.lease, c.zombie = nil, false
 	default:
 		// The process crashed: the lease is left to lapse.
@@ -513,8 +530,13 @@ func (c *client) owner() {
 
 func (c *client) drop() {
 	if c.lease != nil {
-		c.old = append(c.old, *c.lease)
-		c.lease, c.zombie = nil, false
+		if c.committed == nil {
+			// A handler that committed its transaction itself is not
+			// replayed as a stale writer: a stale Complete or Fail comes
+			// with a business write of its own, which it has no more.
+			c.old = append(c.old, *c.lease)
+		}
+		c.lease, c.zombie, c.committed = nil, false, nil
 	}
 }
 
@@ -589,7 +611,13 @@ func (c *client) fenced(f storekit.Fence, kind Kind) {
 		kind = Heartbeat
 		in.Kind = kind
 	}
-	tx := c.env.BusinessWrite != nil && (kind == Complete || kind == Fail)
+	// A handler that committed its transaction itself has no ledger write
+	// left: idem completes or fails a lease whose writes are committed.
+	var committed *core.Lease
+	if c.lease != nil && *c.lease == f {
+		committed = c.committed
+	}
+	tx := c.env.BusinessWrite != nil && (kind == Complete || kind == Fail) && committed == nil
 	in.Tx = tx
 	in.Ended = tx && c.env.HandlerEndsTx != nil && c.env.HandlerEndsTx(f)
 	switch kind {
@@ -600,6 +628,9 @@ func (c *client) fenced(f storekit.Fence, kind Kind) {
 		in.Val = fmt.Sprintf("v%d.%d", c.id, c.n)
 	}
 	out := c.do(in, func(ctx context.Context) (Output, error) {
+		if committed != nil {
+			ctx = storetest.ContextWithLease(ctx, committed)
+		}
 		if tx {
 			ctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
 			if err := c.env.BusinessWrite(ctx, f); err != nil {
