@@ -85,6 +85,7 @@ bench-e2e:
 	$(GO) run ./examples/loadgen -requests 3000 -rounds 3 -concurrency 16 -dups 0,30,90 -logs default,off
 	$(GO) run ./examples/loadgen -requests 1500 -concurrency 32 -dups 0 -pool 32 -pools 4,8 -provider-latency 50ms
 	$(GO) run ./examples/loadgen -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 1500 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16
+	$(GO) run ./examples/loadgen -provider-http -db-rtt 2ms -targets idem,idem-nostep,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16
 	scripts/pgfloor.sh 8
 
 ## fuzz: each fuzz target for FUZZTIME
