@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,6 +27,42 @@ type leaseTx struct {
 	conn  *pgxpool.Conn // from the first call to the end
 	tx    pgx.Tx        // pgx's transaction on conn, once BEGIN was sent
 	ended bool          // the lease is over: every call is refused
+
+	// sqlEnd is how the handler last ended the transaction with SQL
+	// (tx.Exec(ctx, "ROLLBACK"), "COMMIT"...), read from Exec's command
+	// tags: pgx does not see it, and the connection would go on in
+	// autocommit. Complete and Fail read it when the connection is found
+	// outside a transaction (endedBySQL).
+	sqlEnd atomic.Int32
+}
+
+// sqlEnd values.
+const (
+	sqlEndNone int32 = iota
+	sqlEndCommit
+	sqlEndRollback
+)
+
+// errTxEndedBySQL refuses statements on a lease transaction the handler
+// ended with SQL: they would run, and commit, on their own.
+var errTxEndedBySQL = errors.New("pgstore: the lease transaction was ended by the handler with SQL (COMMIT or ROLLBACK sent as a statement); idem ends it, and later statements would run outside it")
+
+// noteTag records a COMMIT or ROLLBACK the handler sent as SQL. A
+// ROLLBACK TO SAVEPOINT also answers ROLLBACK but leaves the transaction
+// open: endedBySQL asks the connection, the tag only says which.
+func (t *leaseTx) noteTag(tag pgconn.CommandTag) {
+	switch tag.String() {
+	case "COMMIT":
+		t.sqlEnd.Store(sqlEndCommit)
+	case "ROLLBACK":
+		t.sqlEnd.Store(sqlEndRollback)
+	}
+}
+
+// endedBySQL reports whether the begun transaction was ended by the
+// handler's SQL: the connection is idle, outside any transaction.
+func (t *leaseTx) endedBySQL() bool {
+	return t.tx != nil && t.conn != nil && t.conn.Conn().PgConn().TxStatus() == 'I'
 }
 
 var _ pgx.Tx = (*leaseTx)(nil)
@@ -37,6 +75,9 @@ const setIdleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1,
 func (t *leaseTx) openLocked() (pgx.Tx, error) {
 	if t.ended {
 		return nil, errTxEnded
+	}
+	if t.endedBySQL() {
+		return nil, errTxEndedBySQL
 	}
 	return t.tx, nil
 }
@@ -117,7 +158,9 @@ func (t *leaseTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 		if err != nil {
 			return pgconn.CommandTag{}, err
 		}
-		return tx.Exec(ctx, sql, args...)
+		tag, err := tx.Exec(ctx, sql, args...)
+		t.noteTag(tag)
+		return tag, err
 	}
 	defer t.mu.Unlock()
 	if !pipelinable(args) {
@@ -125,7 +168,9 @@ func (t *leaseTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 		if err != nil {
 			return pgconn.CommandTag{}, err
 		}
-		return tx.Exec(ctx, sql, args...)
+		tag, err := tx.Exec(ctx, sql, args...)
+		t.noteTag(tag)
+		return tag, err
 	}
 	br, err := t.sendLocked(ctx, func(b *pgx.Batch) { b.Queue(sql, args...) })
 	if err != nil {
@@ -135,6 +180,7 @@ func (t *leaseTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	t.noteTag(tag)
 	return tag, err
 }
 

@@ -70,6 +70,14 @@ const rollbackTimeout = 5 * time.Second
 // The handler does its writes in the transaction and neither commits nor
 // rolls it back (Commit and Rollback return ErrTxOwned and do nothing;
 // nested transactions via tx.Begin are savepoints and behave normally).
+// A handler that ends it with SQL anyway (tx.Exec(ctx, "ROLLBACK") or
+// "COMMIT") gets its later statements refused, since they would run
+// outside it; after a ROLLBACK, Complete records nothing, releases the key
+// and wraps storekit.ErrNotCommitted (the engine answers 500); after a
+// COMMIT the writes have landed, so Complete records the response on its
+// own and Fail completes the record as not retained, so a retry does not
+// run them again. Ending it through Conn() is not seen and counts as a
+// rollback.
 // When the engine commits the response, Store.Complete sends its fenced
 // update and COMMIT together, in one round trip: the business writes and
 // the stored response are one atomic fact. If the lease was lost meanwhile
@@ -176,6 +184,18 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) {
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
 func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, deferred []deferredStmt, args []any) error {
+	if t.endedBySQL() {
+		t.release()
+		if t.sqlEnd.Load() == sqlEndCommit {
+			// The handler committed its writes itself: record the
+			// response (and run the deferred statements) on their own.
+			return s.completeDeferred(ctx, f, deferred, args)
+		}
+		// Rolled back (or ended in a way idem did not see): the writes
+		// did not land, so the response must not be recorded.
+		s.releaseAfterTxFailure(ctx, f)
+		return fmt.Errorf("pgstore: complete: the handler ended the lease transaction with SQL (not a COMMIT idem saw), its writes did not land: %w", storekit.ErrNotCommitted)
+	}
 	b := &pgx.Batch{}
 	queueDeferred(b, deferred)
 	b.Queue(s.sql.completeTx, args...)
@@ -210,6 +230,14 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 // failInTx rolls the handler's transaction back and runs the fenced fail on
 // the same connection, both in one round trip.
 func (s *Store) failInTx(ctx context.Context, t *leaseTx, f storekit.Fence) (matched, waiters bool, err error) {
+	if t.endedBySQL() && t.sqlEnd.Load() == sqlEndCommit {
+		// The handler committed its writes itself and then failed: a
+		// retry must not run them again. The record is completed as not
+		// retained (retries get the not-retained answer), as mysqlstore
+		// and sqlitestore do after a handler's own commit.
+		t.release()
+		return fenced(ctx, s.pool, s.sql.complete, f.Scope, f.Key, f.Token, int32(500), nil, []byte(nil), true)
+	}
 	b := &pgx.Batch{}
 	b.Queue("rollback")
 	b.Queue(s.sql.fail, f.Scope, f.Key, f.Token)

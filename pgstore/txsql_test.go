@@ -1,0 +1,132 @@
+package pgstore
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
+)
+
+// TestTxEndedBySQL: a handler that ends the lease's transaction with SQL
+// (tx.Exec(ctx, "ROLLBACK"), "ABORT", "COMMIT") instead of leaving it to
+// idem. pgx does not see it: the next statements on the connection would
+// run in autocommit. After a ROLLBACK its writes did not land, so the
+// response must not be recorded (the key is released and Complete reports
+// storekit.ErrNotCommitted), and a later write through the transaction is
+// refused rather than committed on its own. After a COMMIT the writes did
+// land: the response is recorded.
+func TestTxEndedBySQL(t *testing.T) {
+	for _, m := range modes {
+		for _, end := range []string{"ROLLBACK", "ABORT", "COMMIT", "END"} {
+			t.Run(m.name+"/"+end, func(t *testing.T) {
+				t.Parallel()
+				s := newStore(t, pgstoretest.Pool(t), m.opts...)
+				table := ledger(t, s)
+				req := claimReq("k", time.Minute)
+				ctx, f := mustClaim(t, s, req)
+				if err := handle(ctx, table, req.Key); err != nil {
+					t.Fatalf("handler: %v", err)
+				}
+				tx, err := Tx(ctx)
+				if err != nil {
+					t.Fatalf("Tx: %v", err)
+				}
+				if _, err := tx.Exec(ctx, end); err != nil {
+					t.Fatalf("%s: %v", end, err)
+				}
+				committed := end == "COMMIT" || end == "END"
+				// A write after the transaction ended must not commit on
+				// its own.
+				if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", req.Key, -1); err == nil {
+					t.Errorf("a write after %s was accepted (it would autocommit)", end)
+				}
+				err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")})
+				rec, gerr := s.Get(t.Context(), req.Scope, req.Key)
+				if gerr != nil {
+					t.Fatalf("get: %v", gerr)
+				}
+				rows := ledgerRows(t, s, table, req.Key)
+				if committed {
+					if err != nil || rec.Status != storekit.StatusCompleted || len(rows) != 1 || rows[0] != f.Token {
+						t.Errorf("after %s: Complete %v, record %s, ledger %v; want nil, completed, [%d]", end, err, rec.Status, rows, f.Token)
+					}
+				} else {
+					if !errors.Is(err, storekit.ErrNotCommitted) {
+						t.Errorf("Complete after %s = %v, want storekit.ErrNotCommitted", end, err)
+					}
+					if rec.Status == storekit.StatusCompleted || len(rows) != 0 {
+						t.Errorf("after %s: record %s, ledger %v; want not completed (released), no rows", end, rec.Status, rows)
+					}
+				}
+				if st := s.pool.Stat(); st.AcquiredConns() != 0 {
+					t.Errorf("%d connections still acquired after Complete", st.AcquiredConns())
+				}
+			})
+		}
+	}
+}
+
+// TestTxEndedBySQLThenFail: a handler that committed its writes with SQL
+// and then failed must not have them run again: the record is completed
+// as not retained. One that rolled back with SQL and failed is released.
+// A ROLLBACK TO SAVEPOINT (tag ROLLBACK, transaction still open) changes
+// nothing: Complete commits the writes with the response.
+func TestTxEndedBySQLThenFail(t *testing.T) {
+	for _, m := range modes {
+		for _, end := range []string{"COMMIT", "ROLLBACK"} {
+			t.Run(m.name+"/"+end, func(t *testing.T) {
+				t.Parallel()
+				s := newStore(t, pgstoretest.Pool(t), m.opts...)
+				table := ledger(t, s)
+				req := claimReq("k", time.Minute)
+				ctx, f := mustClaim(t, s, req)
+				if err := handle(ctx, table, req.Key); err != nil {
+					t.Fatalf("handler: %v", err)
+				}
+				tx, _ := Tx(ctx)
+				if _, err := tx.Exec(ctx, end); err != nil {
+					t.Fatalf("%s: %v", end, err)
+				}
+				if err := s.Fail(ctx, f); err != nil {
+					t.Fatalf("Fail after %s: %v", end, err)
+				}
+				rec, err := s.Get(t.Context(), req.Scope, req.Key)
+				if err != nil {
+					t.Fatalf("get: %v", err)
+				}
+				rows := ledgerRows(t, s, table, req.Key)
+				if end == "COMMIT" {
+					if rec.Status != storekit.StatusCompleted || rec.Response == nil || !rec.Response.NotRetained || len(rows) != 1 {
+						t.Errorf("after COMMIT and Fail: record %s %+v, ledger %v; want completed as not retained, one row", rec.Status, rec.Response, rows)
+					}
+				} else if rec.Status != storekit.StatusFailed || len(rows) != 0 {
+					t.Errorf("after ROLLBACK and Fail: record %s, ledger %v; want failed, no rows", rec.Status, rows)
+				}
+			})
+		}
+		t.Run(m.name+"/savepoint", func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, pgstoretest.Pool(t), m.opts...)
+			table := ledger(t, s)
+			req := claimReq("k", time.Minute)
+			ctx, f := mustClaim(t, s, req)
+			if err := handle(ctx, table, req.Key); err != nil {
+				t.Fatalf("handler: %v", err)
+			}
+			tx, _ := Tx(ctx)
+			for _, q := range []string{"SAVEPOINT a", "INSERT INTO " + table + " (key, token) VALUES ('k', -1)", "ROLLBACK TO SAVEPOINT a"} {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")}); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if rows := ledgerRows(t, s, table, req.Key); len(rows) != 1 || rows[0] != f.Token {
+				t.Errorf("ledger %v, want [%d]", rows, f.Token)
+			}
+		})
+	}
+}
