@@ -1,9 +1,12 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
@@ -22,17 +25,7 @@ func TestTxEndedBySQL(t *testing.T) {
 		for _, end := range []string{"ROLLBACK", "ABORT", "COMMIT", "END"} {
 			t.Run(m.name+"/"+end, func(t *testing.T) {
 				t.Parallel()
-				s := newStore(t, pgstoretest.Pool(t), m.opts...)
-				table := ledger(t, s)
-				req := claimReq("k", time.Minute)
-				ctx, f := mustClaim(t, s, req)
-				if err := handle(ctx, table, req.Key); err != nil {
-					t.Fatalf("handler: %v", err)
-				}
-				tx, err := Tx(ctx)
-				if err != nil {
-					t.Fatalf("Tx: %v", err)
-				}
+				s, table, req, ctx, f, tx := wroteLedgerRow(t, m.opts)
 				if _, err := tx.Exec(ctx, end); err != nil {
 					t.Fatalf("%s: %v", end, err)
 				}
@@ -42,7 +35,7 @@ func TestTxEndedBySQL(t *testing.T) {
 				if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", req.Key, -1); err == nil {
 					t.Errorf("a write after %s was accepted (it would autocommit)", end)
 				}
-				err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")})
+				err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")})
 				rec, gerr := s.Get(t.Context(), req.Scope, req.Key)
 				if gerr != nil {
 					t.Fatalf("get: %v", gerr)
@@ -78,14 +71,7 @@ func TestTxEndedBySQLThenFail(t *testing.T) {
 		for _, end := range []string{"COMMIT", "ROLLBACK"} {
 			t.Run(m.name+"/"+end, func(t *testing.T) {
 				t.Parallel()
-				s := newStore(t, pgstoretest.Pool(t), m.opts...)
-				table := ledger(t, s)
-				req := claimReq("k", time.Minute)
-				ctx, f := mustClaim(t, s, req)
-				if err := handle(ctx, table, req.Key); err != nil {
-					t.Fatalf("handler: %v", err)
-				}
-				tx, _ := Tx(ctx)
+				s, table, req, ctx, f, tx := wroteLedgerRow(t, m.opts)
 				if _, err := tx.Exec(ctx, end); err != nil {
 					t.Fatalf("%s: %v", end, err)
 				}
@@ -108,14 +94,7 @@ func TestTxEndedBySQLThenFail(t *testing.T) {
 		}
 		t.Run(m.name+"/savepoint", func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, pgstoretest.Pool(t), m.opts...)
-			table := ledger(t, s)
-			req := claimReq("k", time.Minute)
-			ctx, f := mustClaim(t, s, req)
-			if err := handle(ctx, table, req.Key); err != nil {
-				t.Fatalf("handler: %v", err)
-			}
-			tx, _ := Tx(ctx)
+			s, table, req, ctx, f, tx := wroteLedgerRow(t, m.opts)
 			for _, q := range []string{"SAVEPOINT a", "INSERT INTO " + table + " (key, token) VALUES ('k', -1)", "ROLLBACK TO SAVEPOINT a"} {
 				if _, err := tx.Exec(ctx, q); err != nil {
 					t.Fatalf("%s: %v", q, err)
@@ -129,4 +108,22 @@ func TestTxEndedBySQLThenFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wroteLedgerRow claims a key on a fresh store and writes one ledger row in
+// the lease's transaction, as a handler does.
+func wroteLedgerRow(t *testing.T, opts []Option) (*Store, string, storekit.ClaimRequest, context.Context, storekit.Fence, pgx.Tx) {
+	t.Helper()
+	s := newStore(t, pgstoretest.Pool(t), opts...)
+	table := ledger(t, s)
+	req := claimReq("k", time.Minute)
+	ctx, f := mustClaim(t, s, req)
+	if err := handle(ctx, table, req.Key); err != nil {
+		t.Fatalf("handler: %v", err)
+	}
+	tx, err := Tx(ctx)
+	if err != nil {
+		t.Fatalf("Tx: %v", err)
+	}
+	return s, table, req, ctx, f, tx
 }
