@@ -378,15 +378,7 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 		s.abandonTx(ctx, f)
 		return fmt.Errorf("pgstore: complete: invalid response status %d", resp.Status)
 	}
-	// The headers as JSON text, cast to jsonb in the statement: a string is
-	// sent as text in every pgx QueryExecMode (a []byte would go as bytea
-	// where pgx picks types from Go's: QueryExecModeExec, the simple
-	// protocol). nil is NULL.
-	var header any
-	if len(resp.Header) > 0 {
-		header = string(appendHeaderJSON(nil, resp.Header))
-	}
-	args := []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
+	args := completeArgs(f, resp)
 
 	t, deferred := s.takeTx(ctx, f)
 	if t != nil {
@@ -406,6 +398,19 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 		s.notify(ctx, f.Scope, f.Key)
 	}
 	return nil
+}
+
+// completeArgs are the arguments of the complete statements ($1–$7). The
+// headers go as JSON text, cast to jsonb in the statement: a string is sent
+// as text in every pgx QueryExecMode (a []byte would go as bytea where pgx
+// picks types from Go's: QueryExecModeExec, the simple protocol). nil is
+// NULL.
+func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
+	var header any
+	if len(resp.Header) > 0 {
+		header = string(appendHeaderJSON(nil, resp.Header))
+	}
+	return []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 }
 
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for

@@ -236,7 +236,7 @@ func (s *Store) failInTx(ctx context.Context, t *leaseTx, f storekit.Fence) (mat
 		// retained (retries get the not-retained answer), as mysqlstore
 		// and sqlitestore do after a handler's own commit.
 		t.release()
-		return fenced(ctx, s.pool, s.sql.complete, f.Scope, f.Key, f.Token, int32(500), nil, []byte(nil), true)
+		return fenced(ctx, s.pool, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
 	}
 	b := &pgx.Batch{}
 	b.Queue("rollback")
