@@ -37,7 +37,9 @@ func (e *Engine) Serve(ctx context.Context, req Request, x adapterkit.Exchange) 
 // error that wrote nothing answers a 500 problem, classified by the
 // outcome policy like any 500; otherwise the captured response is
 // committed and sent. A failed Commit answers through the error handler
-// with commitErrorResponse instead of the handler's response.
+// with commitErrorResponse instead of the handler's response or, when that
+// response already went out, panics with http.ErrAbortHandler so the server
+// cuts it short.
 func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (rerr error) {
 	lctx := d.Context(ctx)
 	// The adapter's view of the decision lives in the owner's allocation.
@@ -83,7 +85,12 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 	}
 	if err := e.commit(lctx, d, resp, herr); err != nil {
 		if !x.Discard() {
-			return nil // already out: the client has it; the error is logged
+			// Already out (flushed, hijacked, over the limit) but not
+			// recorded: a retry may run the handler again (in
+			// transactional mode its writes rolled back). Cut the response
+			// so the client cannot take it for a completed success and
+			// retries. The error is logged.
+			panic(http.ErrAbortHandler)
 		}
 		return e.answerError(x, err, e.commitErrorResponse(err))
 	}
