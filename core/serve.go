@@ -32,8 +32,9 @@ func (e *Engine) Serve(ctx context.Context, req Request, x adapterkit.Exchange) 
 // run runs the handler for a Proceed decision and does everything after
 // it: the handler runs on d.Context(ctx) with its response captured; a
 // panic releases the key (Abort) and answers a 500 problem (or, when the
-// response already went out or the panic is http.ErrAbortHandler, panics
-// with http.ErrAbortHandler so the server drops the connection); a handler
+// response already went out or an HTTP handler's panic is
+// http.ErrAbortHandler, panics with http.ErrAbortHandler so the server
+// drops the connection); a handler
 // error that wrote nothing answers a 500 problem, classified by the
 // outcome policy like any 500; otherwise the captured response is
 // committed and sent. A failed Commit answers through the error handler
@@ -61,7 +62,10 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 		if pr, ok := x.(adapterkit.PanicReporter); ok {
 			pr.Panicked(cause)
 		}
-		if p == http.ErrAbortHandler || !x.Discard() { //nolint:errorlint // sentinel compared as net/http does
+		// A call (Engine.Call) has no connection to drop: its panic is
+		// returned like any other.
+		_, call := x.(*callExchange)
+		if (p == http.ErrAbortHandler && !call) || !x.Discard() { //nolint:errorlint // sentinel compared as net/http does
 			// The response is half out (or the handler asked for the
 			// connection to be dropped): let the server drop it.
 			panic(http.ErrAbortHandler)
