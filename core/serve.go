@@ -68,7 +68,7 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 		if (p == http.ErrAbortHandler && !call) || !x.Discard() { //nolint:errorlint // sentinel compared as net/http does
 			// The response is half out (or the handler asked for the
 			// connection to be dropped): let the server drop it.
-			panic(http.ErrAbortHandler)
+			cut(x)
 		}
 		rerr = x.Write(e.panicResponse())
 	}()
@@ -94,11 +94,21 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 			// transactional mode its writes rolled back). Cut the response
 			// so the client cannot take it for a completed success and
 			// retries. The error is logged.
-			panic(http.ErrAbortHandler)
+			cut(x)
 		}
 		return e.answerError(x, err, e.commitErrorResponse(err))
 	}
 	return x.Send()
+}
+
+// cut ends a response that must not look complete: the adapter cuts the
+// connection if its framework could swallow the panic (adapterkit.Cutter),
+// and http.ErrAbortHandler makes the server drop it.
+func cut(x adapterkit.Exchange) {
+	if c, ok := x.(adapterkit.Cutter); ok {
+		c.Cut()
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // answerError answers a store or commit failure through the user's error

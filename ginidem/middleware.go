@@ -60,37 +60,8 @@ func New(eng *core.Engine, opts ...Option) (gin.HandlerFunc, error) {
 			scope := cfg.scope
 			req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
 		}
-		x := &exchange{c: c, onError: cfg.onError}
-		defer x.cutOnAbort()
-		_ = eng.Serve(c.Request.Context(), req, x)
+		_ = eng.Serve(c.Request.Context(), req, &exchange{c: c, onError: cfg.onError})
 	}, nil
-}
-
-// cutOnAbort runs as Serve's panics go up. Serve panics with
-// http.ErrAbortHandler when the response must end broken: part of it went
-// out and the handler then panicked, or its outcome could not be recorded.
-// gin's Recovery takes that panic for a broken pipe and swallows it, and
-// net/http would then end the response cleanly, as if complete: so the
-// connection is cut here first (HTTP/1: hijacked and closed; an HTTP/2
-// stream is reset only by a panic reaching net/http). The panic goes on.
-func (x *exchange) cutOnAbort() {
-	p := recover()
-	if p == nil {
-		return
-	}
-	if p == http.ErrAbortHandler && x.orig != nil { //nolint:errorlint // sentinel compared as net/http does
-		// Through gin's writer first, so that gin writes no header after
-		// it; that writer refuses once body bytes went out: then the
-		// writer under it.
-		conn, _, err := http.NewResponseController(x.orig).Hijack()
-		if u, ok := x.orig.(interface{ Unwrap() http.ResponseWriter }); err != nil && ok {
-			conn, _, err = http.NewResponseController(u.Unwrap()).Hijack()
-		}
-		if err == nil {
-			_ = conn.Close()
-		}
-	}
-	panic(p)
 }
 
 // exchange translates one request for core.Engine.Serve.
@@ -158,6 +129,26 @@ func (x *exchange) Panicked(cause error) {
 	_ = x.c.Error(cause)
 	if h := x.d.KeyHeader; h != "" && len(x.c.Request.Header[h]) > 0 {
 		x.c.Request.Header[h] = []string{core.RedactKey(x.d.Key)}
+	}
+}
+
+// Cut closes the connection before Serve panics with http.ErrAbortHandler
+// to end the response broken (adapterkit.Cutter): gin's Recovery takes that
+// panic for a broken pipe and swallows it, and net/http would then end the
+// response cleanly, as if complete. HTTP/1 only: an HTTP/2 stream is reset
+// only by the panic reaching net/http.
+func (x *exchange) Cut() {
+	if x.orig == nil {
+		return
+	}
+	// Through gin's writer first, so that gin writes no header after it;
+	// that writer refuses once body bytes went out: then the one under it.
+	conn, _, err := http.NewResponseController(x.orig).Hijack()
+	if u, ok := x.orig.(interface{ Unwrap() http.ResponseWriter }); err != nil && ok {
+		conn, _, err = http.NewResponseController(u.Unwrap()).Hijack()
+	}
+	if err == nil {
+		_ = conn.Close()
 	}
 }
 
