@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -39,5 +40,34 @@ func TestCallErrorsCarryNoKey(t *testing.T) {
 	if _, err := e.Call(context.Background(), core.CallRequest{Scope: "s", Key: "a b" + key, Name: "charge"},
 		func(context.Context) ([]byte, error) { return nil, nil }); err == nil || strings.Contains(err.Error(), "S3NT1NEL") {
 		t.Fatalf("invalid key: %v; want an error without the key", err)
+	}
+}
+
+// TestCallAbortHandlerPanic: fn panicking with http.ErrAbortHandler (an
+// httputil.ReverseProxy inside it, say) is a panic like any other: the key
+// is released and Call returns a CallError, rather than panicking out of
+// Call (http.ErrAbortHandler means "drop the connection" to an HTTP
+// server, and a job or a gRPC server has none and crashes).
+func TestCallAbortHandlerPanic(t *testing.T) {
+	e, err := core.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := core.CallRequest{Scope: "s", Key: "k", Name: "charge"}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("Call panicked: %v", p)
+			}
+		}()
+		_, err = e.Call(context.Background(), req, func(context.Context) ([]byte, error) { panic(http.ErrAbortHandler) })
+	}()
+	var ce *core.CallError
+	if !errors.As(err, &ce) || ce.Problem != core.ProblemHandlerPanic {
+		t.Fatalf("Call = %v; want CallError %s", err, core.ProblemHandlerPanic)
+	}
+	r, err := e.Call(context.Background(), req, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+	if err != nil || r.Replayed || string(r.Value) != "ok" {
+		t.Fatalf("retry = %+v, %v; want a fresh run", r, err)
 	}
 }

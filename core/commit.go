@@ -23,7 +23,9 @@ import (
 // is done (the client went away) is treated as Abort.
 //
 // When Commit fails, the response is not known to be durable: adapters
-// answer (Serve does it) with a problem instead of the handler's response.
+// answer (Serve does it) with a problem instead of the handler's response,
+// or cut that response if it already went out (streamed), so that it never
+// reaches the client complete.
 func (e *Engine) Commit(ctx context.Context, d *Decision, resp adapterkit.Response) error {
 	return e.commit(ctx, d, resp, nil)
 }

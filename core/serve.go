@@ -32,12 +32,15 @@ func (e *Engine) Serve(ctx context.Context, req Request, x adapterkit.Exchange) 
 // run runs the handler for a Proceed decision and does everything after
 // it: the handler runs on d.Context(ctx) with its response captured; a
 // panic releases the key (Abort) and answers a 500 problem (or, when the
-// response already went out or the panic is http.ErrAbortHandler, panics
-// with http.ErrAbortHandler so the server drops the connection); a handler
+// response already went out or an HTTP handler's panic is
+// http.ErrAbortHandler, panics with http.ErrAbortHandler so the server
+// drops the connection); a handler
 // error that wrote nothing answers a 500 problem, classified by the
 // outcome policy like any 500; otherwise the captured response is
 // committed and sent. A failed Commit answers through the error handler
-// with commitErrorResponse instead of the handler's response.
+// with commitErrorResponse instead of the handler's response or, when that
+// response already went out, panics with http.ErrAbortHandler so the server
+// cuts it short.
 func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (rerr error) {
 	lctx := d.Context(ctx)
 	// The adapter's view of the decision lives in the owner's allocation.
@@ -59,10 +62,13 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 		if pr, ok := x.(adapterkit.PanicReporter); ok {
 			pr.Panicked(cause)
 		}
-		if p == http.ErrAbortHandler || !x.Discard() { //nolint:errorlint // sentinel compared as net/http does
+		// A call (Engine.Call) has no connection to drop: its panic is
+		// returned like any other.
+		_, call := x.(*callExchange)
+		if (p == http.ErrAbortHandler && !call) || !x.Discard() { //nolint:errorlint // sentinel compared as net/http does
 			// The response is half out (or the handler asked for the
 			// connection to be dropped): let the server drop it.
-			panic(http.ErrAbortHandler)
+			cut(x)
 		}
 		rerr = x.Write(e.panicResponse())
 	}()
@@ -83,11 +89,26 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 	}
 	if err := e.commit(lctx, d, resp, herr); err != nil {
 		if !x.Discard() {
-			return nil // already out: the client has it; the error is logged
+			// Already out (flushed, hijacked, over the limit) but not
+			// recorded: a retry may run the handler again (in
+			// transactional mode its writes rolled back). Cut the response
+			// so the client cannot take it for a completed success and
+			// retries. The error is logged.
+			cut(x)
 		}
 		return e.answerError(x, err, e.commitErrorResponse(err))
 	}
 	return x.Send()
+}
+
+// cut ends a response that must not look complete: the adapter cuts the
+// connection if its framework could swallow the panic (adapterkit.Cutter),
+// and http.ErrAbortHandler makes the server drop it.
+func cut(x adapterkit.Exchange) {
+	if c, ok := x.(adapterkit.Cutter); ok {
+		c.Cut()
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // answerError answers a store or commit failure through the user's error

@@ -277,13 +277,18 @@ func (x *exchange) Captured() adapterkit.Response { return x.m.capture(x.c, x.ma
 func (x *exchange) Send() error { return nil }
 
 // Discard drops the handler's response (headers, cookies, status, body or
-// body stream) and puts back the headers earlier middleware set. Nothing
-// has gone out before the chain returns, so it always succeeds.
+// body stream, hijack handler) and puts back the headers earlier middleware
+// set. Nothing has gone out before the chain returns, so it always
+// succeeds.
 func (x *exchange) Discard() bool {
 	if x.saved != nil {
 		r := x.c.Response()
 		r.ResetBody()
 		x.saved.CopyTo(&r.Header)
+		// A hijack runs once the chain returned, in place of (or after) the
+		// response: the handler's answer too.
+		x.c.Context().Hijack(nil)
+		x.c.Context().HijackSetNoResponse(false)
 	}
 	return true
 }

@@ -132,6 +132,26 @@ func (x *exchange) Panicked(cause error) {
 	}
 }
 
+// Cut closes the connection before Serve panics with http.ErrAbortHandler
+// to end the response broken (adapterkit.Cutter): gin's Recovery takes that
+// panic for a broken pipe and swallows it, and net/http would then end the
+// response cleanly, as if complete. HTTP/1 only: an HTTP/2 stream is reset
+// only by the panic reaching net/http.
+func (x *exchange) Cut() {
+	if x.orig == nil {
+		return
+	}
+	// Through gin's writer first, so that gin writes no header after it;
+	// that writer refuses once body bytes went out: then the one under it.
+	conn, _, err := http.NewResponseController(x.orig).Hijack()
+	if u, ok := x.orig.(interface{ Unwrap() http.ResponseWriter }); err != nil && ok {
+		conn, _, err = http.NewResponseController(u.Unwrap()).Hijack()
+	}
+	if err == nil {
+		_ = conn.Close()
+	}
+}
+
 func (x *exchange) Captured() adapterkit.Response {
 	res := x.rec.Result()
 	if x.behind {

@@ -44,6 +44,17 @@ type Exchange interface {
 	OnError(err error, fallback *Response) (answered bool, rerr error)
 }
 
+// Cutter is an optional Exchange method: Serve calls Cut just before it
+// panics with http.ErrAbortHandler to end a response that must not look
+// complete (part of it went out, then the handler panicked or its outcome
+// could not be recorded; or the handler panicked with
+// http.ErrAbortHandler). An adapter whose framework may swallow that panic
+// and end the response cleanly (gin's Recovery takes it for a broken pipe)
+// cuts the connection in Cut; net/http drops it on the panic.
+type Cutter interface {
+	Cut()
+}
+
 // PanicReporter is an optional Exchange method: Serve calls Panicked with
 // the cause (the panic value and stack) after releasing the key, before
 // answering, so that the framework's own error reporting sees it (ginidem

@@ -59,8 +59,15 @@ func (r *Recorder) WriteHeader(code int) {
 		return
 	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
-		copyHeader(r.w.Header(), r.header)
+		// net/http sends the map as it is with a 1xx and keeps it: put the
+		// outer headers back after, so that a problem written instead of
+		// the final response carries none of the handler's.
+		out := r.w.Header()
+		outer := out.Clone()
+		copyHeader(out, r.header)
 		r.w.WriteHeader(code)
+		clear(out)
+		copyHeader(out, outer)
 		return
 	}
 	r.status = code

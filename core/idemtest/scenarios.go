@@ -2,6 +2,8 @@ package idemtest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,6 +41,7 @@ var scenarios = []scenario{
 	{"handler_sees_body_and_key", scHandlerSeesBodyAndKey},
 	{"large_response_not_retained", scLargeResponse},
 	{"empty_response_stored", scEmptyResponse},
+	{"unrecorded_streamed_response_never_a_complete_2xx", scUnrecordedStreamed},
 }
 
 // payHandler answers 201 with a JSON body that includes the execution
@@ -617,4 +620,41 @@ func scEmptyResponse(t *testing.T, e *env) {
 		t.Errorf("replay: %v replayed=%v, want 200 empty replayed", replay, replayed(replay))
 	}
 	count(t, &n, 1)
+}
+
+// completeDownStore fails every Complete, as a database lost between the
+// claim and the commit; Fail reaches the wrapped store.
+type completeDownStore struct{ core.Store }
+
+func (completeDownStore) Complete(context.Context, storekit.Fence, storekit.StoredResponse) error {
+	return errors.New("idemtest: complete: store down")
+}
+
+// scUnrecordedStreamed: a response that goes out before its outcome is
+// recorded (flushed, or over the response limit) and whose Commit then
+// fails must not reach the client as a complete 2xx: the record was not
+// completed, so a retry runs the handler again. The client sees the
+// response cut (or, where the framework buffers it, idem's problem).
+func scUnrecordedStreamed(t *testing.T, e *env) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 256) // 4 KiB
+	flushed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"pay_1",`)
+		_ = http.NewResponseController(w).Flush() // not every framework streams
+		_, _ = io.WriteString(w, `"status":"charged"}`)
+	})
+	large := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(big)
+	})
+	e.start([]Route{{"POST", "/flush", flushed}, {"POST", "/large", large}},
+		func(s core.Store) core.Store { return completeDownStore{Store: s} }, core.WithMaxResponseBytes(1024))
+	for _, path := range []string{"/flush", "/large"} {
+		r, err := e.send(call{method: "POST", path: path, key: e.key("cut" + path), tenant: e.tenant("a"), body: payBody})
+		if err == nil && r.status >= 200 && r.status < 300 {
+			t.Errorf("%s: the client got a complete %v for an outcome that was not recorded", path, r)
+		}
+	}
 }
