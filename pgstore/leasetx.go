@@ -34,6 +34,11 @@ type leaseTx struct {
 	// autocommit. Complete and Fail read it when the connection is found
 	// outside a transaction (endedBySQL).
 	sqlEnd atomic.Int32
+	// committed: the handler sent a COMMIT that committed (its tag said
+	// so), possibly AND CHAIN, the transaction going on: some of its
+	// writes have landed whatever happens to the rest, so the key must
+	// never be released (completeInTx, failInTx).
+	committed atomic.Bool
 }
 
 // sqlEnd values.
@@ -54,6 +59,7 @@ func (t *leaseTx) noteTag(tag pgconn.CommandTag) {
 	switch tag.String() {
 	case "COMMIT":
 		t.sqlEnd.Store(sqlEndCommit)
+		t.committed.Store(true)
 	case "ROLLBACK":
 		t.sqlEnd.Store(sqlEndRollback)
 	}
