@@ -40,6 +40,20 @@ type faultDialer struct {
 	mu    sync.Mutex
 	armed faultKind
 	fired int
+	// noCancel drops pgx's cancel requests (sent when a context is
+	// cancelled mid-statement), as a network that lost them would: the
+	// statement then runs to its end on the server.
+	noCancel bool
+}
+
+// cancelRequestCode opens a CancelRequest message (protocol docs).
+const cancelRequestCode = 80877102
+
+// dropsCancel reports whether b is a cancel request to drop.
+func (d *faultDialer) dropsCancel(b []byte) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.noCancel && len(b) == 16 && binary.BigEndian.Uint32(b[4:8]) == cancelRequestCode
 }
 
 func (d *faultDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -108,6 +122,10 @@ func (c *faultConn) Write(b []byte) (int, error) {
 	dead := c.dead
 	c.mu.Unlock()
 	if dead {
+		return 0, errFault
+	}
+	if c.d.dropsCancel(b) {
+		c.kill()
 		return 0, errFault
 	}
 	switch c.d.take(b) {
