@@ -317,4 +317,3 @@ func TestCompleteInFlightLeaseTakenOver(t *testing.T) {
 		}
 	}
 }
-
