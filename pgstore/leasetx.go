@@ -310,18 +310,20 @@ func (t *leaseTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Statem
 	return c.Conn().Prepare(ctx, name, sql)
 }
 
-// Conn returns the connection the transaction runs on, taking it from the
-// pool (bounded by rollbackTimeout) if no statement ran yet; nil once the
-// lease is over or if no connection could be had.
+// Conn returns the connection the transaction runs on, beginning the
+// transaction (its own round trip, bounded by rollbackTimeout) if no
+// statement ran yet: what the handler runs on the connection itself must
+// be in the transaction too, not commit on its own. nil once the lease is
+// over, or if the transaction could not be begun.
 func (t *leaseTx) Conn() *pgx.Conn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.ended {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
-	if t.acquireLocked(ctx) != nil {
+	if _, err := t.begun(ctx); err != nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended || t.conn == nil {
 		return nil
 	}
 	return t.conn.Conn()
