@@ -317,3 +317,125 @@ func TestCompleteInFlightLeaseTakenOver(t *testing.T) {
 		}
 	}
 }
+
+// TestCompleteUnderSessionTimeouts: the pool's sessions carry server-side
+// timeouts (RuntimeParams, as deployments set them) that end the handler's
+// transaction or the complete pipeline: idle_in_transaction_session_timeout
+// kills the session while the handler idles in its Tx (FATAL),
+// statement_timeout cancels a slow deferred statement, lock_timeout gives
+// up the fenced complete waiting on the record's row (the fenced fail
+// that would release the key gives up too: the key stays in flight until
+// its lease lapses). Nothing committed: the response must not be recorded,
+// and the retry commits the writes once.
+func TestCompleteUnderSessionTimeouts(t *testing.T) {
+	cases := []struct {
+		name, param, value string
+		writer             string
+		// during: what happens between the handler's writes and Complete.
+		during func(t *testing.T, admin *pgxpool.Pool, app string, s *Store, req storekit.ClaimRequest) (release func())
+	}{
+		{"idle_in_transaction/tx", "idle_in_transaction_session_timeout", "100ms", "tx",
+			func(t *testing.T, admin *pgxpool.Pool, app string, _ *Store, _ storekit.ClaimRequest) func() {
+				waitBackends(t, admin, app, 0, `state = 'idle in transaction'`) // the server ended it
+				return func() {}
+			}},
+		{"idle_in_transaction/tx+defer", "idle_in_transaction_session_timeout", "100ms", "tx+defer",
+			func(t *testing.T, admin *pgxpool.Pool, app string, _ *Store, _ storekit.ClaimRequest) func() {
+				waitBackends(t, admin, app, 0, `state = 'idle in transaction'`)
+				return func() {}
+			}},
+		{"statement_timeout/defer", "statement_timeout", "200ms", "defer-slow", nil},
+		{"statement_timeout/tx+defer", "statement_timeout", "200ms", "tx+defer-slow", nil},
+		{"lock_timeout/tx", "lock_timeout", "100ms", "tx",
+			func(t *testing.T, admin *pgxpool.Pool, _ string, s *Store, req storekit.ClaimRequest) func() {
+				return holdLock(t, admin, `SELECT 1 FROM `+s.names.table+` WHERE scope = $1 AND key = $2 FOR UPDATE`, req.Scope, req.Key)
+			}},
+		{"lock_timeout/defer", "lock_timeout", "100ms", "defer",
+			func(t *testing.T, admin *pgxpool.Pool, _ string, s *Store, req storekit.ClaimRequest) func() {
+				return holdLock(t, admin, `SELECT 1 FROM `+s.names.table+` WHERE scope = $1 AND key = $2 FOR UPDATE`, req.Scope, req.Key)
+			}},
+	}
+	for _, m := range deferModes() {
+		for _, c := range cases {
+			t.Run(m.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				pool, app := sessionPool(t, c.param, c.value)
+				admin := pgstoretest.Pool(t)
+				s := newStore(t, pool, m.opts...)
+				table := ledger(t, s)
+				req := claimReq("k", time.Second)
+				write := func(ctx context.Context, slow bool) error {
+					if c.writer == "tx" || c.writer == "tx+defer" || c.writer == "tx+defer-slow" {
+						if err := handle(ctx, table, req.Key); err != nil {
+							return err
+						}
+					}
+					if slow && (c.writer == "defer-slow" || c.writer == "tx+defer-slow") {
+						if err := Defer(ctx, "SELECT pg_sleep(2)"); err != nil {
+							return err
+						}
+					}
+					switch c.writer {
+					case "defer", "defer-slow":
+						return deferRow(ctx, table, req.Key)
+					case "tx+defer", "tx+defer-slow":
+						return Defer(ctx, "UPDATE "+table+" SET token = token + 0 WHERE key = $1", req.Key)
+					}
+					return nil
+				}
+				ctx, f := mustClaim(t, s, req)
+				if err := write(ctx, true); err != nil {
+					t.Fatal(err)
+				}
+				release := func() {}
+				if c.during != nil {
+					release = c.during(t, admin, app, s, req)
+				}
+				err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("paid")})
+				release()
+				rec, gerr := s.Get(t.Context(), req.Scope, req.Key)
+				if gerr != nil {
+					t.Fatalf("get: %v", gerr)
+				}
+				rows := ledgerRows(t, s, table, req.Key)
+				t.Logf("Complete = %v; record %s, ledger %v", err, rec.Status, rows)
+				if err == nil || len(rows) != 0 || rec.Status == storekit.StatusCompleted {
+					t.Fatalf("Complete = %v, ledger %v, record %s; want an error, no row, the response not recorded", err, rows, rec.Status)
+				}
+				if rec.Status == storekit.StatusProcessing {
+					waitLapsed(t, s, req, f)
+				}
+				if errors.Is(err, core.ErrLeaseLost) {
+					t.Errorf("Complete = %v: the lease was not lost", err)
+				}
+				waitReleased(t, pool)
+				ctx2, f2 := mustClaim(t, s, req)
+				if err := write(ctx2, false); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Complete(ctx2, f2, storekit.StoredResponse{Status: 201, Body: []byte("paid")}); err != nil {
+					t.Fatalf("retry's Complete: %v", err)
+				}
+				if rows := ledgerRows(t, s, table, req.Key); len(rows) != 1 || rows[0] != f2.Token {
+					t.Errorf("after the retry: ledger %v, want [%d]", rows, f2.Token)
+				}
+			})
+		}
+	}
+}
+
+// sessionPool is appPool with one session parameter set on every
+// connection.
+func sessionPool(t *testing.T, param, value string) (*pgxpool.Pool, string) {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	app := "idem_session_" + hex.EncodeToString(b[:])
+	cfg := pgstoretest.Config(t)
+	cfg.MaxConns = 4
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.ConnConfig.RuntimeParams[param] = value
+	return pgstoretest.NewPool(t, cfg), app
+}
