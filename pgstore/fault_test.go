@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -356,6 +357,65 @@ func TestFaultInHandlerTx(t *testing.T) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// TestFaultAtSaveStep breaks the connection at a step's fenced insert
+// (core.Step): the handler sees the save fail and gives up; the retry
+// takes the key over. A step whose insert committed although its answer
+// was lost is honoured: its effect does not run again. One that did not
+// reach the server runs again, under the same relay key (one incarnation).
+func TestFaultAtSaveStep(t *testing.T) {
+	for _, fl := range []struct {
+		name string
+		kind faultKind
+		runs int
+	}{{"drop", faultDrop, 2}, {"lose-answer", faultLoseAnswer, 1}} {
+		for _, m := range deferModes() {
+			t.Run(m.name+"/"+fl.name, func(t *testing.T) {
+				t.Parallel()
+				pool, d := faultPool(t)
+				s := newStore(t, pool, m.opts...)
+				eng := stepEngine(t, s, core.WithLease(time.Minute))
+				var (
+					runs   int
+					relays []string
+				)
+				charge := func(ctx context.Context) ([]byte, error) {
+					runs++
+					relays = append(relays, core.RelayKey(ctx, "charge"))
+					return []byte("ch_1"), nil
+				}
+				dec, ctx := stepProceed(t, eng, "k")
+				core.RelayKey(ctx, "charge") // transactional mode: SyncClaim runs now, not under the fault
+				d.arm(fl.kind)
+				if _, err := core.Step(ctx, "charge", charge); err == nil {
+					t.Fatal("Step succeeded although its save's connection died")
+				}
+				if d.firedCount() != 1 {
+					t.Fatal("fault not injected")
+				}
+				if err := eng.Abort(t.Context(), dec, errors.New("step not saved")); err != nil {
+					t.Fatalf("abort: %v", err)
+				}
+				dec, ctx = stepProceed(t, eng, "k") // the retry takes the failed key over
+				out, err := core.Step(ctx, "charge", charge)
+				if err != nil || string(out) != "ch_1" {
+					t.Fatalf("retry's Step = %q, %v", out, err)
+				}
+				if err := eng.Commit(t.Context(), dec, adapterkit.Response{Status: 201}); err != nil {
+					t.Fatal(err)
+				}
+				if runs != fl.runs {
+					t.Errorf("the step's effect ran %d times, want %d", runs, fl.runs)
+				}
+				for _, r := range relays[1:] {
+					if r != relays[0] {
+						t.Errorf("relay keys %q: one incarnation relayed two keys", relays)
+					}
+				}
+			})
 		}
 	}
 }
