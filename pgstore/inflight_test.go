@@ -361,8 +361,15 @@ func TestCompleteUnderSessionTimeouts(t *testing.T) {
 				t.Parallel()
 				pool, app := sessionPool(t, c.param, c.value)
 				admin := pgstoretest.Pool(t)
-				s := newStore(t, pool, m.opts...)
-				table := ledger(t, s)
+				// Set up without the timeouts (Migrate waits on a lock
+				// other tests' migrations hold).
+				as := newStore(t, admin, m.opts...)
+				table := ledger(t, as)
+				s, err := New(pool, append([]Option{WithSchema(as.cfg.schema)}, m.opts...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Close)
 				req := claimReq("k", time.Second)
 				write := func(ctx context.Context, slow bool) error {
 					if c.writer == "tx" || c.writer == "tx+defer" || c.writer == "tx+defer-slow" {
@@ -391,7 +398,7 @@ func TestCompleteUnderSessionTimeouts(t *testing.T) {
 				if c.during != nil {
 					release = c.during(t, admin, app, s, req)
 				}
-				err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("paid")})
+				err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("paid")})
 				release()
 				rec, gerr := s.Get(t.Context(), req.Scope, req.Key)
 				if gerr != nil {
