@@ -67,6 +67,10 @@ func TestWALFlushes(t *testing.T) {
 		// A session running with synchronous_commit = off makes plain
 		// claims asynchronous too: SyncClaim must flush them.
 		{name: "plain, async session/synced claims", sync: true, async: true, min: n, max: n + n/2},
+		// What a client was told is durable, whatever the session: the
+		// complete waits for its flush (the claims before it do not).
+		{name: "plain, async session/executions", execute: true, async: true, min: n, max: n + n/2},
+		{name: "transactional, async session/executions", opts: []Option{WithTransactional()}, execute: true, async: true, min: n, max: n + n/2},
 	}
 	ctx := t.Context()
 	for i, r := range runs {
