@@ -95,18 +95,7 @@ func readDeferred(br pgx.BatchResults, n int) error {
 // (completeTx raises when the fence matches nothing). No BEGIN or COMMIT is
 // needed.
 func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []deferredStmt, args []any) error {
-	b := &pgx.Batch{}
-	queueDeferred(b, deferred)
-	b.Queue(s.sql.completeTx, args...)
-	br := s.pool.SendBatch(ctx, b)
-	err := readDeferred(br, len(deferred))
-	var waiters bool
-	if err == nil {
-		err = br.QueryRow().Scan(&waiters)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	waiters, err := s.sendDeferred(ctx, deferred, args)
 	if err != nil {
 		return s.completeFailed(ctx, f, err, true)
 	}
@@ -114,6 +103,23 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 		s.notify(ctx, f.Scope, f.Key)
 	}
 	return nil
+}
+
+// sendDeferred sends the deferred statements and the fenced complete (see
+// completeDeferred) and reads their results.
+func (s *Store) sendDeferred(ctx context.Context, deferred []deferredStmt, args []any) (waiters bool, err error) {
+	b := &pgx.Batch{}
+	queueDeferred(b, deferred)
+	b.Queue(s.sql.completeTx, args...)
+	br := s.pool.SendBatch(ctx, b)
+	err = readDeferred(br, len(deferred))
+	if err == nil {
+		err = br.QueryRow().Scan(&waiters)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return waiters, err
 }
 
 // completeFailed reports a complete whose transaction did not commit: a lost

@@ -49,8 +49,10 @@ func TestWALFlushes(t *testing.T) {
 		// sync: claim + SyncClaim (a relay key asked for), on a session
 		// with synchronous_commit = off
 		sync bool
-		min  int
-		max  int
+		// async: the session runs with synchronous_commit = off
+		async bool
+		min   int
+		max   int
 	}
 	runs := []run{
 		{name: "plain/claims", min: n, max: 3 * n},
@@ -62,12 +64,19 @@ func TestWALFlushes(t *testing.T) {
 		{name: "async session/steps", step: true, min: n, max: n + n/2},
 		{name: "transactional, async session/synced claims", opts: []Option{WithTransactional()}, sync: true, min: n, max: n + n/2},
 		{name: "plain/synced claims", sync: true, min: n, max: n + n/2}, // the claims' own; SyncClaim adds none
+		// A session running with synchronous_commit = off makes plain
+		// claims asynchronous too: SyncClaim must flush them.
+		{name: "plain, async session/synced claims", sync: true, async: true, min: n, max: n + n/2},
+		// What a client was told is durable, whatever the session: the
+		// complete waits for its flush (the claims before it do not).
+		{name: "plain, async session/executions", execute: true, async: true, min: n, max: n + n/2},
+		{name: "transactional, async session/executions", opts: []Option{WithTransactional()}, execute: true, async: true, min: n, max: n + n/2},
 	}
 	ctx := t.Context()
 	for i, r := range runs {
 		schema := fmt.Sprintf("flush_%d", i)
 		var params []string
-		if r.step || (r.sync && len(r.opts) > 0) {
+		if r.step || (r.sync && len(r.opts) > 0) || r.async {
 			params = append(params, "synchronous_commit", "off")
 		}
 		pool := clusterPool(t, c.DSN, params...)

@@ -34,6 +34,11 @@ type leaseTx struct {
 	// autocommit. Complete and Fail read it when the connection is found
 	// outside a transaction (endedBySQL).
 	sqlEnd atomic.Int32
+	// committed: the handler sent a COMMIT that committed (its tag said
+	// so), possibly AND CHAIN, the transaction going on: some of its
+	// writes have landed whatever happens to the rest, so the key must
+	// never be released (completeInTx, failInTx).
+	committed atomic.Bool
 }
 
 // sqlEnd values.
@@ -54,6 +59,7 @@ func (t *leaseTx) noteTag(tag pgconn.CommandTag) {
 	switch tag.String() {
 	case "COMMIT":
 		t.sqlEnd.Store(sqlEndCommit)
+		t.committed.Store(true)
 	case "ROLLBACK":
 		t.sqlEnd.Store(sqlEndRollback)
 	}
@@ -304,18 +310,20 @@ func (t *leaseTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Statem
 	return c.Conn().Prepare(ctx, name, sql)
 }
 
-// Conn returns the connection the transaction runs on, taking it from the
-// pool (bounded by rollbackTimeout) if no statement ran yet; nil once the
-// lease is over or if no connection could be had.
+// Conn returns the connection the transaction runs on, beginning the
+// transaction (its own round trip, bounded by rollbackTimeout) if no
+// statement ran yet: what the handler runs on the connection itself must
+// be in the transaction too, not commit on its own. nil once the lease is
+// over, or if the transaction could not be begun.
 func (t *leaseTx) Conn() *pgx.Conn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.ended {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
-	if t.acquireLocked(ctx) != nil {
+	if _, err := t.begun(ctx); err != nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended || t.conn == nil {
 		return nil
 	}
 	return t.conn.Conn()

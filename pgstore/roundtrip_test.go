@@ -354,6 +354,16 @@ func TestTxExplicitBegin(t *testing.T) {
 			_, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, token)
 			return err
 		}},
+		// The write goes through the connection itself, as a library
+		// taking a *pgx.Conn does: it must be in the transaction too.
+		{"Conn.Exec", func(ctx context.Context, tx pgx.Tx, key string, token int64) error {
+			c := tx.Conn()
+			if c == nil {
+				return errors.New("Conn() = nil")
+			}
+			_, err := c.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, token)
+			return err
+		}},
 	} {
 		for _, commit := range []bool{true, false} {
 			key := c.name + map[bool]string{true: "-commit", false: "-fail"}[commit]

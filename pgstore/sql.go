@@ -101,6 +101,15 @@ const (
 	asyncCTE = `WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS sc)
 `
 
+	// syncWhere, a condition of a write's WHERE clause, makes its
+	// transaction wait for its WAL flush even where the session runs with
+	// synchronous_commit = off: set_config(..., true) is SET LOCAL, read at
+	// commit (the handler's pipelined COMMIT, or the implicit one).
+	// PostgreSQL-only (set_config, current_setting).
+	syncWhere = ` AND CASE WHEN current_setting('synchronous_commit') = 'off'
+           THEN set_config('synchronous_commit', 'on', true) IS NOT NULL
+           ELSE true END`
+
 	// leaseLostMarker is the text of the error the in-transaction complete
 	// raises when its fence matches nothing (see completeTx).
 	leaseLostMarker = "idem: lease lost"
@@ -269,6 +278,9 @@ RETURNING token, locked_until, created_at, expires_at, {{NOW}}`
 		s.claimNew = asyncCTE + strings.Replace(s.claimNew, "\nVALUES (", "\nSELECT ", 1)
 		s.claimNew = strings.Replace(s.claimNew, "{{NOW}} + $7::bigint * interval '1 microsecond')\nON CONFLICT", "{{NOW}} + $7::bigint * interval '1 microsecond'\nFROM async\nON CONFLICT", 1)
 	}
+	// The complete waits for its flush in every session (syncWhere): a
+	// response the client was given must survive a crash of the database,
+	// and so must the business writes committed with it.
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
@@ -276,7 +288,7 @@ FROM ` + n.table + ` WHERE scope = $1 AND key = $2`
 		s.complete = `UPDATE ` + n.table + `
 SET status = 'completed', completed_at = {{NOW}},
     resp_status = $4, resp_header = $5::jsonb, resp_body = $6, resp_not_retained = $7
-WHERE ` + fenceWhere + `
+WHERE ` + fenceWhere + syncWhere + `
 RETURNING waiters`
 	} else {
 		s.get = `SELECT c.scope, c.key, c.method, c.route, c.fingerprint, c.status, c.token,
@@ -294,7 +306,7 @@ WHERE c.scope = $1 AND c.key = $2`
 		// The statement returns one row (the waiters flag) when it did.
 		s.complete = `WITH c AS (
   UPDATE ` + n.table + ` SET status = 'completed', completed_at = {{NOW}}
-  WHERE ` + fenceWhere + `
+  WHERE ` + fenceWhere + syncWhere + `
   RETURNING scope, key, token, completed_at, expires_at, waiters
 ), p AS (
   INSERT INTO ` + n.payload + ` (scope, key, token, stored_at, expires_at, resp_status, resp_header, resp_body, resp_not_retained)
@@ -319,13 +331,9 @@ SELECT waiters FROM c`
 	// SyncClaim (syncclaim.go): a fenced write that waits for its flush,
 	// and so for the asynchronous claim's before it (WAL order). Setting
 	// locked_until to itself still writes a row version, hence a commit
-	// record to flush. The CASE is step.go's: synchronous even where the
-	// session runs with synchronous_commit = off. PostgreSQL-only
-	// (set_config, current_setting).
-	s.syncClaim = `UPDATE ` + n.table + ` SET locked_until = locked_until WHERE ` + fenceWhere + `
-  AND CASE WHEN current_setting('synchronous_commit') = 'off'
-           THEN set_config('synchronous_commit', 'on', true) IS NOT NULL
-           ELSE true END`
+	// record to flush; syncWhere: even where the session runs with
+	// synchronous_commit = off.
+	s.syncClaim = `UPDATE ` + n.table + ` SET locked_until = locked_until WHERE ` + fenceWhere + syncWhere
 	// A fail never waits for its flush, in either mode: if a crash loses
 	// it, the record stays processing until its lease lapses, which is what
 	// a crashed owner leaves anyway.

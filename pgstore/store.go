@@ -34,6 +34,12 @@ type Store struct {
 	schemaVersion int
 	schemaOK      atomic.Bool
 
+	// asyncSessions: the pool's sessions run with synchronous_commit =
+	// off (read by checkSchema), so plain-mode claims do not wait for
+	// their flush either: SyncClaim then makes them durable, as in
+	// transactional mode.
+	asyncSessions atomic.Bool
+
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
@@ -126,11 +132,16 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // migration this binary ships, before the first claim: a binary newer than
 // its schema would otherwise run handlers whose Complete then fails (a
 // missing column), leaving the record in flight until its lease lapses.
-// One statement, on the first claim only (and again after a failure).
+// One statement, on the first claim only (and again after a failure),
+// which also reads whether the sessions commit asynchronously
+// (asyncSessions).
 func (s *Store) checkSchema(ctx context.Context) error {
-	var v *int32
-	err := s.pool.QueryRow(ctx, `SELECT max(version) FROM `+s.names.migrations+` WHERE table_name = $1 AND mode = $2`,
-		s.cfg.table, s.cfg.mode()).Scan(&v)
+	var (
+		v     *int32
+		async bool
+	)
+	err := s.pool.QueryRow(ctx, `SELECT max(version), current_setting('synchronous_commit') = 'off' FROM `+s.names.migrations+` WHERE table_name = $1 AND mode = $2`,
+		s.cfg.table, s.cfg.mode()).Scan(&v, &async)
 	if err != nil {
 		return wrap(ctx, "claim: check schema version", err)
 	}
@@ -142,6 +153,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("pgstore: claim: schema not migrated for this version: table %s is at version %d, this binary needs %d (run pgstore.Migrate at start-up with the same options)",
 			s.names.table, have, s.schemaVersion)
 	}
+	s.asyncSessions.Store(async)
 	s.schemaOK.Store(true)
 	return nil
 }

@@ -17,10 +17,12 @@ var _ storekit.ClaimSyncer = (*Store)(nil)
 // would create another record, relay another key and be charged again.
 // core.RelayKey calls SyncClaim before the first key of an execution
 // leaves: one fenced statement that waits for its flush, and so for the
-// claim's. In plain mode claims are synchronous and it does nothing.
+// claim's. In plain mode claims are synchronous and it does nothing,
+// unless the pool's sessions run with synchronous_commit = off (as read at
+// the store's first claim): their claims are asynchronous too.
 func (s *Store) SyncClaim(ctx context.Context, f storekit.Fence) error {
 	const op = "sync claim"
-	if !s.cfg.transactional {
+	if !s.cfg.transactional && !s.asyncSessions.Load() {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {

@@ -76,8 +76,9 @@ const rollbackTimeout = 5 * time.Second
 // and wraps storekit.ErrNotCommitted (the engine answers 500); after a
 // COMMIT the writes have landed, so Complete records the response on its
 // own and Fail completes the record as not retained, so a retry does not
-// run them again. Ending it through Conn() is not seen and counts as a
-// rollback.
+// run them again; so does a Complete that cannot record the response. A
+// COMMIT AND CHAIN counts as a COMMIT. Ending it through Conn() is not
+// seen and counts as a rollback.
 // When the engine commits the response, Store.Complete sends its fenced
 // update and COMMIT together, in one round trip: the business writes and
 // the stored response are one atomic fact. If the lease was lost meanwhile
@@ -184,12 +185,22 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) {
 // back with it. (If the connection died during COMMIT and the commit did
 // land, the record is completed and the fenced fail matches nothing.)
 func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, deferred []deferredStmt, args []any) error {
+	// The handler committed writes itself (COMMIT sent as SQL): they
+	// have landed, so whatever fails now, the key is not released.
+	committed := t.committed.Load()
 	if t.endedBySQL() {
 		t.release()
-		if t.sqlEnd.Load() == sqlEndCommit {
-			// The handler committed its writes itself: record the
-			// response (and run the deferred statements) on their own.
-			return s.completeDeferred(ctx, f, deferred, args)
+		if committed {
+			// Record the response (and run the deferred statements) on
+			// their own.
+			waiters, err := s.sendDeferred(ctx, deferred, args)
+			if err != nil {
+				return s.completeNotRetained(ctx, f, err)
+			}
+			if waiters {
+				s.notify(ctx, f.Scope, f.Key)
+			}
+			return nil
 		}
 		// Rolled back (or ended in a way idem did not see): the writes
 		// did not land, so the response must not be recorded.
@@ -218,6 +229,9 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	}
 	if err != nil {
 		t.rollback(ctx)
+		if committed { // COMMIT AND CHAIN: what came before it landed
+			return s.completeNotRetained(ctx, f, err)
+		}
 		return s.completeFailed(ctx, f, err, len(deferred) > 0)
 	}
 	t.release()
@@ -230,13 +244,14 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 // failInTx rolls the handler's transaction back and runs the fenced fail on
 // the same connection, both in one round trip.
 func (s *Store) failInTx(ctx context.Context, t *leaseTx, f storekit.Fence) (matched, waiters bool, err error) {
-	if t.endedBySQL() && t.sqlEnd.Load() == sqlEndCommit {
+	if t.committed.Load() {
 		// The handler committed its writes itself and then failed: a
 		// retry must not run them again. The record is completed as not
 		// retained (retries get the not-retained answer), as mysqlstore
-		// and sqlitestore do after a handler's own commit.
-		t.release()
-		return fenced(ctx, s.pool, s.sql.complete, completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})...)
+		// and sqlitestore do after a handler's own commit. What followed
+		// a COMMIT AND CHAIN is rolled back.
+		t.rollback(ctx)
+		return fenced(ctx, s.pool, s.sql.complete, notRetainedArgs(f)...)
 	}
 	b := &pgx.Batch{}
 	b.Queue("rollback")
@@ -271,4 +286,27 @@ func (s *Store) releaseAfterTxFailure(ctx context.Context, f storekit.Fence) {
 	if matched, waiters, err := fenced(fctx, s.pool, s.sql.fail, f.Scope, f.Key, f.Token); err == nil && matched && waiters {
 		s.notify(fctx, f.Scope, f.Key)
 	}
+}
+
+// notRetainedArgs complete f as not retained (500): the handler's own
+// COMMIT landed its writes, but there is no response to replay.
+func notRetainedArgs(f storekit.Fence) []any {
+	return completeArgs(f, storekit.StoredResponse{Status: 500, NotRetained: true})
+}
+
+// completeNotRetained handles a complete that failed (cause) after the
+// handler committed writes itself: they landed, so the key must not be
+// released (a retry would run them again). The record is completed as not
+// retained instead, fenced (it matches nothing if the complete did land
+// and only its answer was lost), and the error returned.
+func (s *Store) completeNotRetained(ctx context.Context, f storekit.Fence, cause error) error {
+	if isLeaseLost(cause) {
+		return fmt.Errorf("pgstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if matched, waiters, err := fenced(fctx, s.pool, s.sql.complete, notRetainedArgs(f)...); err == nil && matched && waiters {
+		s.notify(fctx, f.Scope, f.Key)
+	}
+	return wrap(ctx, "complete (the handler committed its writes itself; the response could not be recorded, the record is completed as not retained)", cause)
 }

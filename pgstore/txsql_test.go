@@ -127,3 +127,56 @@ func wroteLedgerRow(t *testing.T, opts []Option) (*Store, string, storekit.Claim
 	}
 	return s, table, req, ctx, f, tx
 }
+
+// TestTxCommittedBySQLThenCompleteFails: a handler that committed its
+// writes with SQL (COMMIT, or COMMIT AND CHAIN: the transaction goes on),
+// whose response then cannot be recorded (a deferred statement the
+// database refuses), or that then fails. The writes have landed: the key
+// must not be released, or a retry runs them again. The record is
+// completed as not retained, as after Fail.
+func TestTxCommittedBySQLThenCompleteFails(t *testing.T) {
+	for _, m := range modes {
+		for _, end := range []string{"COMMIT", "COMMIT AND CHAIN"} {
+			for _, then := range []string{"complete", "fail"} {
+				t.Run(m.name+"/"+end+"/"+then, func(t *testing.T) {
+					t.Parallel()
+					s, table, req, ctx, f, tx := wroteLedgerRow(t, m.opts)
+					if _, err := tx.Exec(ctx, end); err != nil {
+						t.Fatalf("%s: %v", end, err)
+					}
+					var err error
+					if then == "complete" {
+						if err := Defer(ctx, "SELECT 1/0"); err != nil {
+							t.Fatalf("Defer: %v", err)
+						}
+						err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("ok")})
+						if err == nil {
+							t.Fatal("Complete succeeded although a deferred statement failed")
+						}
+						if errors.Is(err, storekit.ErrNotCommitted) {
+							t.Errorf("Complete = %v: reports the writes not committed, but the handler's %s landed", err, end)
+						}
+					} else if err = s.Fail(ctx, f); err != nil {
+						t.Fatalf("Fail: %v", err)
+					}
+					rec, gerr := s.Get(t.Context(), req.Scope, req.Key)
+					if gerr != nil {
+						t.Fatalf("get: %v", gerr)
+					}
+					if rows := ledgerRows(t, s, table, req.Key); len(rows) != 1 {
+						t.Fatalf("ledger %v, want the one row the handler committed", rows)
+					}
+					if rec.Status != storekit.StatusCompleted || rec.Response == nil || !rec.Response.NotRetained {
+						t.Errorf("record %s %+v after %s = %v: the committed writes' key was left claimable (a retry runs them again); want completed as not retained", rec.Status, rec.Response, then, err)
+					}
+					if res, err := s.Claim(t.Context(), req); err != nil || res.Claimed {
+						t.Errorf("retry: claimed %v (%v); want the completed record", res.Claimed, err)
+					}
+					if st := s.pool.Stat(); st.AcquiredConns() != 0 {
+						t.Errorf("%d connections still acquired", st.AcquiredConns())
+					}
+				})
+			}
+		}
+	}
+}
