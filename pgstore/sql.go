@@ -249,12 +249,13 @@ func buildStatements(c config) statements {
 	}
 	// The same call for pools that only get text results: the composite's
 	// fields as columns (OFFSET 0 keeps the function to one call), the
-	// fast path's NULLs filled in from the request.
+	// fast path's NULLs filled in from the request (and reported: the
+	// record was inserted, see claimRow.created).
 	s.claimText = `SELECT coalesce((c).scope, $1), coalesce((c).key, $2), coalesce((c).method, $3),
        coalesce((c).route, $4), coalesce((c).fingerprint, $5), coalesce((c).status, 'processing'),
        (c).token, (c).locked_until, (c).created_at, (c).expires_at,
        (c).resp_status, (c).resp_header, (c).resp_body, (c).resp_not_retained, (c).has_payload,
-       (c).claimed, (c).now
+       (c).claimed, (c).now, (c).scope IS NULL
 FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFSET 0) q`
 	if c.transactional {
 		s.claimText = asyncCTE + strings.Replace(s.claimText, "{{NOW}}) AS c OFFSET 0", "{{NOW}}) AS c FROM async OFFSET 0", 1)

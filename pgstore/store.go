@@ -244,8 +244,9 @@ func (s *Store) claimFn(ctx context.Context, req *storekit.ClaimRequest) (claimR
 		row := s.pool.QueryRow(ctx, s.sql.claimText,
 			req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
 			micros(req.Lease), micros(req.Retention))
-		rec, err := scanRecord(row, &cr.hasPayload, &cr.claimed, &cr.now)
+		rec, err := scanRecord(row, &cr.hasPayload, &cr.claimed, &cr.now, &cr.created)
 		cr.rec = rec
+		cr.created = cr.created && cr.claimed
 		return cr, err
 	}
 	rows, err := s.pool.Query(ctx, s.sql.claim, claimResultFormat,
@@ -291,7 +292,7 @@ func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (cr cl
 	}
 	r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = req.Scope, req.Key, req.Method, req.Route, req.Fingerprint
 	r.Status = storekit.StatusProcessing
-	cr.claimed = true
+	cr.claimed, cr.created = true, true
 	return cr, true, nil
 }
 
