@@ -51,7 +51,7 @@ type claimRow struct {
 	claimed    bool
 	now        time.Time
 	// created: the claim certainly created the record, because it did so
-	// by inserting it (the bare insert, the function's fast path).
+	// by inserting it (the bare insert, a batch, the function's fast path).
 	created bool
 }
 

@@ -13,6 +13,7 @@ type statements struct {
 	claim     string
 	claimText string
 	claimNew  string // WithInsertFirst's first statement
+	claimNews string // the same for several claims at once (claimbatch.go)
 	heartbeat string
 	syncClaim string
 	complete  string
@@ -270,6 +271,19 @@ RETURNING token, locked_until, created_at, expires_at, {{NOW}}`
 		s.claimNew = asyncCTE + strings.Replace(s.claimNew, "\nVALUES (", "\nSELECT ", 1)
 		s.claimNew = strings.Replace(s.claimNew, "{{NOW}} + $7::bigint * interval '1 microsecond')\nON CONFLICT", "{{NOW}} + $7::bigint * interval '1 microsecond'\nFROM async\nON CONFLICT", 1)
 	}
+	// Several claims in one statement (claimbatch.go): arrays of the same
+	// parameters, one element per claim, sorted by (scope, key) so that two
+	// batches wait for each other's keys in one order and cannot deadlock.
+	s.claimNews = `INSERT INTO ` + n.table + ` (` + recordCols + `)
+SELECT u.scope, u.key, u.method, u.route, u.fingerprint, 'processing', nextval('` + n.seq + `'::regclass),
+       {{NOW}} + u.lease * interval '1 microsecond', {{NOW}}, {{NOW}} + u.retention * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
+       AS u(scope, key, method, route, fingerprint, lease, retention)
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING scope, key, token, locked_until, created_at, expires_at, {{NOW}}`
+	if c.transactional {
+		s.claimNews = asyncCTE + strings.Replace(s.claimNews, "\nFROM unnest(", "\nFROM async, unnest(", 1)
+	}
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
        resp_status, resp_header, resp_body, resp_not_retained, resp_status IS NOT NULL, {{NOW}}
@@ -351,7 +365,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := nowReplacer(c)
-	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.claimNews, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

@@ -37,6 +37,9 @@ type Store struct {
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
+	// batch: WithInsertFirst's inserts of concurrent claims, gathered
+	// (claimbatch.go).
+	batch claimBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.
@@ -218,14 +221,16 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	if !s.cfg.optimisticClaim {
 		return s.claimFn(ctx, req)
 	}
-	if !s.mix.insertFirst() {
+	insertFirst := s.mix.start()
+	defer s.mix.done()
+	if !insertFirst {
 		cr, err := s.claimFn(ctx, req)
 		if err == nil {
 			s.mix.observe(!cr.fresh())
 		}
 		return cr, err
 	}
-	cr, inserted, err := s.claimNew(ctx, req)
+	cr, inserted, err := s.claimNewBatched(ctx, req)
 	if err != nil {
 		return cr, err
 	}
