@@ -14,6 +14,7 @@ type statements struct {
 	claimText string
 	claimNew  string // WithInsertFirst's first statement
 	claimNews string // the same for several claims at once (claimbatch.go)
+	claimFns  string // the claim function for several claims at once (claimbatch.go)
 	heartbeat string
 	syncClaim string
 	complete  string
@@ -281,8 +282,16 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigi
        AS u(scope, key, method, route, fingerprint, lease, retention)
 ON CONFLICT (scope, key) DO NOTHING
 RETURNING scope, key, token, locked_until, created_at, expires_at, {{NOW}}`
+	// The claim function once per claim, in the arrays' (sorted) order: a
+	// call sees the rows of the calls before it. The position tells which
+	// claim a row answers (the fast path's composite names no key).
+	s.claimFns = `SELECT u.i, ` + n.claimRowFn + `(u.scope, u.key, u.method, u.route, u.fingerprint, u.lease, u.retention, {{NOW}})
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[]) WITH ORDINALITY
+       AS u(scope, key, method, route, fingerprint, lease, retention, i)
+ORDER BY u.i`
 	if c.transactional {
 		s.claimNews = asyncCTE + strings.Replace(s.claimNews, "\nFROM unnest(", "\nFROM async, unnest(", 1)
+		s.claimFns = asyncCTE + strings.Replace(s.claimFns, "\nFROM unnest(", "\nFROM async, unnest(", 1)
 	}
 	if !c.partitioned {
 		s.get = `SELECT ` + recordCols + `,
@@ -365,7 +374,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := nowReplacer(c)
-	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.claimNews, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.claimNews, &s.claimFns, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

@@ -37,9 +37,9 @@ type Store struct {
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
-	// batch: WithInsertFirst's inserts of concurrent claims, gathered
-	// (claimbatch.go).
-	batch claimBatch
+	// inserts, calls: WithInsertFirst's claim statements of concurrent
+	// claims, gathered (claimbatch.go).
+	inserts, calls claimBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.
@@ -71,6 +71,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		sql:    buildStatements(cfg),
 		steps:  buildStepStatements(cfg),
 	}
+	s.initBatches()
 	switch pool.Config().ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
 		// No statement description, so pgx cannot ask for binary results
@@ -219,12 +220,10 @@ const claimRaces = 4
 // as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
 	if !s.cfg.optimisticClaim {
-		return s.claimFn(ctx, req)
+		return s.claimFnBatched(ctx, req)
 	}
-	insertFirst := s.mix.start()
-	defer s.mix.done()
-	if !insertFirst {
-		cr, err := s.claimFn(ctx, req)
+	if !s.mix.insertFirst() {
+		cr, err := s.claimFnBatched(ctx, req)
 		if err == nil {
 			s.mix.observe(!cr.fresh())
 		}
@@ -239,7 +238,7 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 		return cr, nil
 	}
 	// The key exists: the claim-or-read statement decides, as always.
-	return s.claimFn(ctx, req)
+	return s.claimFnBatched(ctx, req)
 }
 
 // claimFn runs the claim function (see claimRow).
