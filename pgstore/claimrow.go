@@ -50,12 +50,20 @@ type claimRow struct {
 	hasPayload bool
 	claimed    bool
 	now        time.Time
+	// created: the claim certainly created the record, because it did so
+	// by inserting it (the bare insert, a batch, the function's fast path).
+	created bool
 }
 
-// fresh reports whether this claim created the record: every claim
-// statement sets created_at to its own clock when it creates the record,
-// and keeps it on a takeover.
-func (cr *claimRow) fresh() bool { return cr.claimed && cr.rec.CreatedAt.Equal(cr.now) }
+// fresh reports whether this claim created the record (ClaimResult.Fresh),
+// only where that is certain. A record the claim function's slow path
+// claimed was either re-created (expired) or taken over, and created_at
+// does not tell which: a takeover keeps the old created_at, which equals
+// the statement's clock when the old claim's transaction began in the same
+// microsecond (the model checker found it: two claims of one key started
+// together, a lapse between them). Fresh is then false, which
+// costs a read of the steps at the first Step, never a skipped one.
+func (cr *claimRow) fresh() bool { return cr.claimed && cr.created }
 
 // decodeClaimRow decodes the binary composite b; req supplies the columns
 // the fast path leaves NULL. Strings and the body are copied: b is pgx's
@@ -132,6 +140,7 @@ func decodeClaimRow(b []byte, req *storekit.ClaimRequest) (claimRow, error) {
 	}
 
 	out.claimed = boolean(15)
+	out.created = out.claimed && null[0] // the fast path's NULLs
 	out.hasPayload = boolean(14)
 	out.now = timestamp(16)
 	r := &out.rec

@@ -50,7 +50,9 @@ type config struct {
 	txIdle      time.Duration
 	// optimisticClaim: bare INSERT first, the claim function on a conflict.
 	optimisticClaim bool
-	listen          listenConfig // listen.go
+	// batchClaims: concurrent claims share statements (claimbatch.go).
+	batchClaims bool
+	listen      listenConfig // listen.go
 	// transactional: claims and heartbeats commit without waiting for
 	// their WAL flush (WithTransactional).
 	transactional bool
@@ -183,6 +185,26 @@ func WithInsertFirst() Option {
 // the opposite strategy: each says what Claim sends first);
 // WithOptimisticClaim will be removed in the next release.
 func WithOptimisticClaim() Option { return WithInsertFirst() }
+
+// WithClaimBatching makes concurrent claims share statements: while a
+// claim statement is in flight, the claims that arrive queue, and the next
+// statement carries them all, one row each (the claim function called
+// once per row; with WithInsertFirst, its bare inserts as one multi-row
+// insert). Each row is its own claim, with the answer its own statement
+// would give; the rows commit together, and a statement that fails is
+// sent again claim by claim.
+//
+// It trades latency for database CPU: a claim that queues waits for the
+// statement in flight. Worth it where the database is CPU-bound and near
+// (on the same host, or a busy primary): there it cut PostgreSQL's CPU per
+// first execution by about a fifth. Where each round trip costs time (a
+// database across a network) it makes claims slower; BENCHMARKS.md
+// §4.000000 has both.
+//
+// Default: off (every claim sends its own statement).
+func WithClaimBatching() Option {
+	return optionFunc(func(c *config) { c.batchClaims = true })
+}
 
 // WithTransactional declares that the store runs in transactional mode:
 // handlers keep their effects in the transaction Tx hands out (and call

@@ -13,6 +13,8 @@ type statements struct {
 	claim     string
 	claimText string
 	claimNew  string // WithInsertFirst's first statement
+	claimNews string // the same for several claims at once (claimbatch.go)
+	claimFns  string // the claim function for several claims at once (claimbatch.go)
 	heartbeat string
 	syncClaim string
 	complete  string
@@ -258,12 +260,13 @@ func buildStatements(c config) statements {
 	}
 	// The same call for pools that only get text results: the composite's
 	// fields as columns (OFFSET 0 keeps the function to one call), the
-	// fast path's NULLs filled in from the request.
+	// fast path's NULLs filled in from the request (and reported: the
+	// record was inserted, see claimRow.created).
 	s.claimText = `SELECT coalesce((c).scope, $1), coalesce((c).key, $2), coalesce((c).method, $3),
        coalesce((c).route, $4), coalesce((c).fingerprint, $5), coalesce((c).status, 'processing'),
        (c).token, (c).locked_until, (c).created_at, (c).expires_at,
        (c).resp_status, (c).resp_header, (c).resp_body, (c).resp_not_retained, (c).has_payload,
-       (c).claimed, (c).now
+       (c).claimed, (c).now, (c).scope IS NULL
 FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFSET 0) q`
 	if c.transactional {
 		s.claimText = asyncCTE + strings.Replace(s.claimText, "{{NOW}}) AS c OFFSET 0", "{{NOW}}) AS c FROM async OFFSET 0", 1)
@@ -277,6 +280,27 @@ RETURNING token, locked_until, created_at, expires_at, {{NOW}}`
 	if c.transactional {
 		s.claimNew = asyncCTE + strings.Replace(s.claimNew, "\nVALUES (", "\nSELECT ", 1)
 		s.claimNew = strings.Replace(s.claimNew, "{{NOW}} + $7::bigint * interval '1 microsecond')\nON CONFLICT", "{{NOW}} + $7::bigint * interval '1 microsecond'\nFROM async\nON CONFLICT", 1)
+	}
+	// Several claims in one statement (claimbatch.go): arrays of the same
+	// parameters, one element per claim, sorted by (scope, key) so that two
+	// batches wait for each other's keys in one order and cannot deadlock.
+	s.claimNews = `INSERT INTO ` + n.table + ` (` + recordCols + `)
+SELECT u.scope, u.key, u.method, u.route, u.fingerprint, 'processing', nextval('` + n.seq + `'::regclass),
+       {{NOW}} + u.lease * interval '1 microsecond', {{NOW}}, {{NOW}} + u.retention * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
+       AS u(scope, key, method, route, fingerprint, lease, retention)
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING scope, key, token, locked_until, created_at, expires_at, {{NOW}}`
+	// The claim function once per claim, in the arrays' (sorted) order: a
+	// call sees the rows of the calls before it. The position tells which
+	// claim a row answers (the fast path's composite names no key).
+	s.claimFns = `SELECT u.i, ` + n.claimRowFn + `(u.scope, u.key, u.method, u.route, u.fingerprint, u.lease, u.retention, {{NOW}})
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[]) WITH ORDINALITY
+       AS u(scope, key, method, route, fingerprint, lease, retention, i)
+ORDER BY u.i`
+	if c.transactional {
+		s.claimNews = asyncCTE + strings.Replace(s.claimNews, "\nFROM unnest(", "\nFROM async, unnest(", 1)
+		s.claimFns = asyncCTE + strings.Replace(s.claimFns, "\nFROM unnest(", "\nFROM async, unnest(", 1)
 	}
 	// The complete waits for its flush in every session (syncWhere): a
 	// response the client was given must survive a crash of the database,
@@ -358,7 +382,7 @@ SELECT waiters FROM c`
 	s.now = `SELECT {{NOW}}`
 
 	r := nowReplacer(c)
-	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
+	for _, p := range []*string{&s.claim, &s.claimText, &s.claimNew, &s.claimNews, &s.claimFns, &s.heartbeat, &s.syncClaim, &s.complete, &s.completeTx, &s.fail, &s.mark, &s.get, &s.sweep, &s.now} {
 		*p = r.Replace(*p)
 	}
 	return s

@@ -43,6 +43,9 @@ type Store struct {
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
+	// inserts, calls: WithInsertFirst's claim statements of concurrent
+	// claims, gathered (claimbatch.go).
+	inserts, calls claimBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.
@@ -74,6 +77,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		sql:    buildStatements(cfg),
 		steps:  buildStepStatements(cfg),
 	}
+	s.initBatches()
 	switch pool.Config().ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
 		// No statement description, so pgx cannot ask for binary results
@@ -228,16 +232,16 @@ const claimRaces = 4
 // as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
 	if !s.cfg.optimisticClaim {
-		return s.claimFn(ctx, req)
+		return s.claimFnBatched(ctx, req)
 	}
 	if !s.mix.insertFirst() {
-		cr, err := s.claimFn(ctx, req)
+		cr, err := s.claimFnBatched(ctx, req)
 		if err == nil {
 			s.mix.observe(!cr.fresh())
 		}
 		return cr, err
 	}
-	cr, inserted, err := s.claimNew(ctx, req)
+	cr, inserted, err := s.claimNewBatched(ctx, req)
 	if err != nil {
 		return cr, err
 	}
@@ -246,7 +250,7 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 		return cr, nil
 	}
 	// The key exists: the claim-or-read statement decides, as always.
-	return s.claimFn(ctx, req)
+	return s.claimFnBatched(ctx, req)
 }
 
 // claimFn runs the claim function (see claimRow).
@@ -256,8 +260,9 @@ func (s *Store) claimFn(ctx context.Context, req *storekit.ClaimRequest) (claimR
 		row := s.pool.QueryRow(ctx, s.sql.claimText,
 			req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
 			micros(req.Lease), micros(req.Retention))
-		rec, err := scanRecord(row, &cr.hasPayload, &cr.claimed, &cr.now)
+		rec, err := scanRecord(row, &cr.hasPayload, &cr.claimed, &cr.now, &cr.created)
 		cr.rec = rec
+		cr.created = cr.created && cr.claimed
 		return cr, err
 	}
 	rows, err := s.pool.Query(ctx, s.sql.claim, claimResultFormat,
@@ -303,7 +308,7 @@ func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (cr cl
 	}
 	r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = req.Scope, req.Key, req.Method, req.Route, req.Fingerprint
 	r.Status = storekit.StatusProcessing
-	cr.claimed = true
+	cr.claimed, cr.created = true, true
 	return cr, true, nil
 }
 

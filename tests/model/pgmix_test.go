@@ -55,6 +55,10 @@ type insertFirstMix struct {
 	left  atomic.Int32 // bursts the current history may still start
 
 	missed                      sync.Map // context of a claim whose insert found the key
+	batchKeys                   sync.Map // scope NUL key of each history claim sent in a batched insert
+	batched, batchedRows        atomic.Int64
+	batchedCalls                atomic.Int64
+	batching                    bool // WithClaimBatching: batched statements are required
 	inserted, fellBack, fnFirst atomic.Int64
 	last                        atomic.Int32 // claimMode of the latest claim
 	toInsert, toFunction        atomic.Int64 // switches between claims of histories
@@ -79,6 +83,31 @@ func (m *insertFirstMix) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 			break
 		}
 	}
+	if len(d.Args) > 1 {
+		if strings.Contains(d.SQL, "WITH ORDINALITY") {
+			// claimbatch.go's function calls: counted, not attributed to
+			// a path (fewer function-first claims and fallbacks, never more).
+			m.batchedCalls.Add(1)
+			return ctx
+		}
+		if scopes, ok := d.Args[0].([]string); ok { // claimbatch.go's inserts: arrays
+			keys, _ := d.Args[1].([]string)
+			for i, scope := range scopes {
+				if scope == mixScope || i >= len(keys) {
+					continue
+				}
+				m.batchedRows.Add(1)
+				m.mode(scope, insertMode)
+				// A key the batch finds existing calls the function next.
+				// One it inserts leaves its entry behind, which can only
+				// count a later function-first claim of the key as such a
+				// fallback: fewer function-first claims, never more.
+				m.batchKeys.Store(scope+"\x00"+keys[i], true)
+			}
+			m.batched.Add(1)
+			return ctx
+		}
+	}
 	if scope == "" || scope == mixScope {
 		return ctx
 	}
@@ -87,6 +116,11 @@ func (m *insertFirstMix) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 		m.mode(scope, insertMode)
 		return context.WithValue(ctx, insertCtxKey{}, ctx)
 	case strings.Contains(d.SQL, `_claim_row"(`):
+		key, _ := d.Args[1].(string)
+		if _, ok := m.batchKeys.LoadAndDelete(scope + "\x00" + key); ok {
+			m.fellBack.Add(1) // after a batched insert that found its key
+			return ctx
+		}
 		if _, ok := m.missed.LoadAndDelete(ctx); ok {
 			m.fellBack.Add(1)
 			return ctx
@@ -185,8 +219,8 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 		}
 	}
 	m.mu.Unlock()
-	t.Logf("WithInsertFirst claim statements of the histories: %d inserts that created the key, %d that found it (the function next), %d function first; %d switches to insert first, %d to function first; %d of %d histories on both sides",
-		m.inserted.Load(), m.fellBack.Load(), m.fnFirst.Load(), m.toInsert.Load(), m.toFunction.Load(), both, sum.Histories)
+	t.Logf("WithInsertFirst claim statements of the histories: %d inserts that created the key, %d that found it (the function next), %d function first; %d batched inserts carrying %d of their claims, %d batched function calls; %d switches to insert first, %d to function first; %d of %d histories on both sides",
+		m.inserted.Load(), m.fellBack.Load(), m.fnFirst.Load(), m.batched.Load(), m.batchedRows.Load(), m.batchedCalls.Load(), m.toInsert.Load(), m.toFunction.Load(), both, sum.Histories)
 	if sum.Histories < 20 {
 		return
 	}
@@ -197,6 +231,7 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 		{"bare insert that created its key", m.inserted.Load()},
 		{"bare insert that found its key (the function after it)", m.fellBack.Load()},
 		{"claim that called the function first", m.fnFirst.Load()},
+
 		{"switch to insert first", m.toInsert.Load()},
 		{"switch to function first", m.toFunction.Load()},
 		{"history on both sides of a switch", int64(both)},
@@ -204,5 +239,8 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 		if c.n == 0 {
 			t.Errorf("the run had no %s: it proves nothing about it", c.what)
 		}
+	}
+	if m.batching && (m.batched.Load() == 0 || m.batchedCalls.Load() == 0) {
+		t.Errorf("WithClaimBatching: %d batched inserts, %d batched function calls; the run proves nothing about a kind it did not send", m.batched.Load(), m.batchedCalls.Load())
 	}
 }

@@ -15,10 +15,14 @@ import (
 
 // pgMixRun runs a WithInsertFirst store under the model, with the other
 // scope's new keys that drive its switch.
-func pgMixRun(t *testing.T, name string, def int, setup pgSetup) Summary {
+func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) Summary {
 	t.Helper()
 	mix := newInsertFirstMix()
+	mix.batching = batching
 	setup.opts = append(setup.opts, pgstore.WithInsertFirst())
+	if batching {
+		setup.opts = append(setup.opts, pgstore.WithClaimBatching())
+	}
 	setup.tracer = mix
 	envs, store := pgStore(t, setup)
 	sum, fails := Run(context.Background(), killConfig(t, def), mix.drive(t, store, envs))
@@ -28,19 +32,22 @@ func pgMixRun(t *testing.T, name string, def int, setup pgSetup) Summary {
 	return sum
 }
 
+// TestPgstoreInsertFirst: WithInsertFirst with WithClaimBatching
+// (concurrent claims, the history's and the other scope's, share
+// statements).
 func TestPgstoreInsertFirst(t *testing.T) {
 	t.Parallel()
-	pgMixRun(t, "pgstore-insert-first", 20, pgSetup{})
+	pgMixRun(t, "pgstore-insert-first", 20, pgSetup{}, true)
 }
 
-// TestPgstoreInsertFirstTransactional: WithInsertFirst and
-// WithTransactional (the bare insert commits asynchronously too), every
+// TestPgstoreInsertFirstTransactional: WithInsertFirst, WithClaimBatching
+// and WithTransactional (the bare insert commits asynchronously too), every
 // ledger row queued with pgstore.Defer.
 func TestPgstoreInsertFirstTransactional(t *testing.T) {
 	t.Parallel()
 	sum := pgMixRun(t, "pgstore-insert-first-tx", 20, pgSetup{
 		opts: []pgstore.Option{pgstore.WithTransactional()}, ledger: deferAll,
-	})
+	}, true)
 	if sum.Count(Audit, OK) == 0 {
 		t.Errorf("no ledger audit was answered")
 	}
@@ -52,7 +59,7 @@ func TestPgstoreInsertFirstTransactional(t *testing.T) {
 // the ledger row queued with pgstore.Defer, committed with the response.
 func TestPgstoreExample(t *testing.T) {
 	t.Parallel()
-	sum := pgMixRun(t, "pgstore-example", 20, pgSetup{ledger: deferAll})
+	sum := pgMixRun(t, "pgstore-example", 20, pgSetup{ledger: deferAll}, false)
 	if sum.Count(Audit, OK) == 0 {
 		t.Errorf("no ledger audit was answered")
 	}

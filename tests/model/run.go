@@ -156,7 +156,7 @@ type Summary struct {
 }
 
 func (s *Summary) String() string {
-	return fmt.Sprintf("%d histories (%d linearizable, %d undecided), %d claims (%d fresh, %d takeovers), %d replays (%d not retained after a crash), %d kills, calls %v",
+	return fmt.Sprintf("%d histories (%d linearizable, %d undecided), %d claims (%d fresh, %d not reported fresh: takeovers, and keys pgstore re-created), %d replays (%d not retained after a crash), %d kills, calls %v",
 		s.Histories, s.Linearizable, s.Undecided, s.Claims, s.Fresh, s.Takeovers, s.Replays, s.Sealed, s.Kills, s.Calls)
 }
 
