@@ -32,6 +32,10 @@ type Store struct {
 	names names
 	sql   statements
 	stmts *sqlstore.Stmts
+	// txStmts are the statements run in Tx's transactions: stmts, or with
+	// WithTxPool its own cache on that pool (database/sql runs a statement
+	// in a transaction only if it was prepared on the transaction's pool).
+	txStmts *sqlstore.Stmts
 
 	// schemaVersion is the highest migration this binary ships; schemaOK is
 	// set once the database has it (checkSchema), galera once the server
@@ -70,8 +74,10 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		sql:   buildStatements(cfg),
 		stmts: sqlstore.NewStmts(db),
 	}
-	if cfg.TxDB != nil {
+	s.txStmts = s.stmts
+	if cfg.TxDB != nil && cfg.TxDB != db {
 		s.txDB = cfg.TxDB
+		s.txStmts = sqlstore.NewStmts(cfg.TxDB)
 	}
 	migs, err := loadMigrations(cfg)
 	if err != nil {
@@ -92,7 +98,12 @@ func (s *Store) Galera() bool { return s.galera.Load() }
 
 // Close releases the statements the store prepared. It does not close the
 // *sql.DB. Using the store after Close returns an error.
-func (s *Store) Close() { s.stmts.Close() }
+func (s *Store) Close() {
+	s.stmts.Close()
+	if s.txStmts != s.stmts {
+		s.txStmts.Close()
+	}
+}
 
 // stmt returns the prepared statement for query, preparing it on first use.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {

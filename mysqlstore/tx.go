@@ -228,7 +228,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	}
 	var res sql.Result
 	if err == nil {
-		if st := s.stmts.Prepared(s.sql.complete); st != nil {
+		if st := s.txStmts.Prepared(s.sql.complete); st != nil {
 			res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 		} else {
 			// Not prepared yet: prepare on the transaction's own connection
