@@ -28,6 +28,9 @@ type statements struct {
 	markDel    string
 	markRead   string // a locking read: waits for a commit of the mark still in flight
 	sweepMarks string
+	// completeMarked is complete in Tx's transaction: it matches only
+	// while the transaction's commit mark is there (see completeInTx).
+	completeMarked string
 }
 
 const (
@@ -75,7 +78,14 @@ func buildStatements(c config) statements {
 	// be taken over, so nobody will read them.
 	s.complete = "UPDATE " + n.table + " SET status = 'completed', completed_at = {{NOW}}, steps = NULL,\n" +
 		"    resp_status = ?, resp_header = ?, resp_body = ?, resp_not_retained = ?\nWHERE " + fenceWhere
-	s.fail = "UPDATE " + n.table + " SET status = 'failed' WHERE " + fenceWhere
+	// A record whose commit mark landed (Tx's transaction committed, by the
+	// handler or implicitly by the server) is never released: its writes
+	// are in, and a retry would run them again (Fail tells that from a lost
+	// lease). The mark's read is a primary-key lookup.
+	s.fail = "UPDATE " + n.table + " SET status = 'failed' WHERE " + fenceWhere +
+		"\n  AND NOT EXISTS (SELECT 1 FROM " + n.txMarks + " WHERE " + n.txMarks + ".token = " + n.table + ".token)"
+	s.completeMarked = s.complete +
+		"\n  AND EXISTS (SELECT 1 FROM " + n.txMarks + " WHERE " + n.txMarks + ".token = " + n.table + ".token)"
 	// Sweep: bounded batch, oldest first. Args: margin (µs), batch.
 	s.sweep = "DELETE FROM " + n.table + "\nWHERE expires_at <= {{NOW}} - INTERVAL ? MICROSECOND\n" +
 		"  AND NOT (status = 'processing' AND locked_until > {{NOW}})\nORDER BY expires_at LIMIT ?"
@@ -102,7 +112,7 @@ func buildStatements(c config) statements {
 	s.sweepMarks = "DELETE FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
 
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.completeMarked, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
 		&s.markIns, &s.markDel, &s.markRead, &s.sweepMarks} {
 		*p = r.Replace(*p)
 	}

@@ -411,20 +411,17 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
 // this lease is rolled back first; statements queued by Defer are dropped.
-// If the handler had committed that transaction itself, the record is
-// completed as not retained instead of failed (see Tx): its writes must not
-// run again.
+// If the handler had committed that transaction itself, or the server had
+// committed it (a statement that commits implicitly: DDL, LOCK TABLES), the
+// record is completed as not retained instead of failed (see Tx): its
+// writes must not run again.
 func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
-	if s.abandonTx(ctx, f) {
-		committed, err := s.failAfterHandlerCommitted(ctx, f)
-		switch {
-		case errors.Is(err, core.ErrLeaseLost):
-			return fmt.Errorf("mysqlstore: fail: %w", err)
-		case err != nil:
-			return wrap(ctx, "fail: the handler ended the transaction: read its commit mark, or complete the record as not retained", err)
-		case committed:
-			return nil
+	tx, marked, _ := s.takeTx(ctx, f)
+	marked = marked && tx != nil
+	if sqlstore.Abandon(tx, marked) {
+		if done, err := s.failCommitted(ctx, f); done {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -434,10 +431,33 @@ func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	if err != nil {
 		return wrap(ctx, op, err)
 	}
+	if !ok && marked {
+		// The rollback succeeded, yet the fenced fail refused the record:
+		// a lost lease, or the commit mark landed (the server committed
+		// the transaction on its own before the rollback).
+		if done, err := s.failCommitted(ctx, f); done {
+			return err
+		}
+	}
 	if !ok {
 		return fmt.Errorf("mysqlstore: fail: %w", core.ErrLeaseLost)
 	}
 	return nil
+}
+
+// failCommitted is Fail once the lease's transaction has ended in a way
+// idem did not decide: done reports that the commit mark said its writes
+// committed (the record is then completed as not retained) or could not be
+// read; err is Fail's answer then.
+func (s *Store) failCommitted(ctx context.Context, f storekit.Fence) (done bool, err error) {
+	committed, err := s.failAfterHandlerCommitted(ctx, f)
+	switch {
+	case errors.Is(err, core.ErrLeaseLost):
+		return true, fmt.Errorf("mysqlstore: fail: %w", err)
+	case err != nil:
+		return true, wrap(ctx, "fail: the lease transaction was ended outside idem: read its commit mark, or complete the record as not retained", err)
+	}
+	return committed, nil
 }
 
 // Get implements core.Store. One SELECT (a causal read on Galera, see

@@ -80,6 +80,13 @@ const rollbackTimeout = 5 * time.Second
 // completes the record as not retained, and retries answer 409
 // not-retained. A read-only transaction (WithTxOptions) writes no mark.
 //
+// Do not run a statement that commits implicitly (DDL, LOCK TABLES) on the
+// transaction either: the server commits it, and the mark with it, and
+// goes on in autocommit. The mark then counts it as committed by the
+// handler: the response is recorded, Fail completes the record as not
+// retained, the key is never released; but the fence is gone, and
+// statements queued by Defer autocommit one by one.
+//
 // The transaction lives until Complete or Fail, not until ctx is cancelled
 // (it is begun on a context without ctx's cancellation; each statement the
 // handler runs on it still honours its own context). It holds a pool
@@ -108,13 +115,20 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 				return nil, false, wrap(ctx, "tx: causal wait", err)
 			}
 		}
+		marked := s.cfg.TxMarked()
+		if marked {
+			// Complete's statement in this transaction, prepared on its
+			// pool once per Store (here a connection is taken anyway).
+			if _, err := s.txStmts.Get(ctx, s.sql.completeMarked); err != nil {
+				return nil, false, wrap(ctx, "tx: prepare complete", err)
+			}
+		}
 		// database/sql rolls a transaction back when its context ends; this
 		// one must last until Complete or Fail, whatever the request does.
 		tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.TxOpts)
 		if err != nil {
 			return nil, false, wrap(ctx, "tx: begin", err)
 		}
-		marked := s.cfg.TxMarked()
 		if marked {
 			if _, err := tx.ExecContext(ctx, s.markSQL(s.sql.markIns, lease.Fence().Token)+")"); err != nil {
 				_ = tx.Rollback()
@@ -179,11 +193,11 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 	return sqlstore.Abandon(tx, marked)
 }
 
-// completeInTx deletes the commit mark, runs the fenced complete inside the
-// handler's transaction, then the deferred statements, and commits it; on
+// completeInTx runs the fenced complete inside the handler's transaction,
+// deletes the commit mark, runs the deferred statements, and commits it; on
 // any failure the transaction is rolled back. (The mark is deleted before
-// the commit: on this path it never lands. Delete and complete are two round
-// trips: the driver sends one statement at a time.)
+// the commit: on this path it never lands. Complete and delete are two
+// round trips: the driver sends one statement at a time.)
 //
 // When it fails for a reason other than a lost lease, it also marks the
 // record failed (fenced, best effort), so a retry may run the handler again
@@ -195,13 +209,18 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // matches nothing.) A deferred statement the server refused is reported
 // with storekit.ErrNotCommitted (completeFailed).
 //
-// The mark's DELETE must find the mark. The server may end the transaction
-// on its own (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
-// went past), database/sql does not know, and every later statement on tx
-// would autocommit: then the response is refused (ErrTxRolledBack) and the
-// key released before anything else runs.
+// The server may have ended the transaction on its own, database/sql does
+// not know, and every statement on tx then autocommits. The fenced complete
+// matches only while the commit mark is there, so the mark decides:
+// rolled back (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
+// went past), the mark went with the writes, the complete records nothing,
+// and the response is refused (ErrTxRolledBack) and the key released before
+// anything else runs; committed (a statement that commits implicitly: DDL,
+// LOCK TABLES), the mark landed with the writes, the response is recorded,
+// and whatever fails after, the key is never released (the fail statement
+// refuses a record whose mark landed).
 func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
-	if !s.cfg.TxMarked() { // a read-only transaction
+	if !marked { // a read-only transaction
 		// The server refuses the fenced update inside a read-only
 		// transaction (1792), and there is nothing to commit with it:
 		// end the transaction and complete as for a handler that ended
@@ -210,32 +229,17 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		_ = tx.Rollback()
 		return s.completeAfterHandlerEnded(ctx, false, f, deferred, args)
 	}
-	var err error
-	if marked {
-		var del sql.Result
-		if del, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token)); err == nil {
-			if n, _ := del.RowsAffected(); n != 1 {
-				// The server ended the transaction behind database/sql's
-				// back (ROLLBACK sent as SQL, a deadlock or a Galera abort
-				// inside the handler's transaction): the mark, and the
-				// writes with it, rolled back, and every later statement
-				// on tx would autocommit. Refuse before anything runs.
-				_ = tx.Rollback()
-				s.releaseAfterTxFailure(ctx, f)
-				return fmt.Errorf("mysqlstore: complete: the lease transaction was rolled back by the server: %w", ErrTxRolledBack)
-			}
-		}
-	}
-	var res sql.Result
-	if err == nil {
-		if st := s.txStmts.Prepared(s.sql.complete); st != nil {
-			res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-		} else {
-			// Not prepared yet: prepare on the transaction's own connection
-			// (preparing on the pool could wait for a connection forever
-			// when transactions hold them all).
-			res, err = tx.ExecContext(ctx, s.sql.complete, args...)
-		}
+	var (
+		res sql.Result
+		err error
+	)
+	if st := s.txStmts.Prepared(s.sql.completeMarked); st != nil {
+		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		// Not prepared (Tx prepares it; a failed prepare): prepare on the
+		// transaction's own connection (preparing on the pool could wait
+		// for a connection forever when transactions hold them all).
+		res, err = tx.ExecContext(ctx, s.sql.completeMarked, args...)
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		// The handler committed or rolled back the transaction itself.
@@ -247,7 +251,27 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	}
 	if err == nil && n == 0 {
 		_ = tx.Rollback()
+		// The lease was lost, or the server rolled the transaction back
+		// and the mark with it (see above): the fenced fail matches only
+		// the latter, and releases the key.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		released, ferr := s.fenced(fctx, s.sql.fail, f.Scope, f.Key, f.Token)
+		switch {
+		case ferr != nil:
+			return wrap(ctx, "complete: the fenced update matched nothing; release the key", ferr)
+		case released:
+			return fmt.Errorf("mysqlstore: complete: the lease transaction was rolled back by the server: %w", ErrTxRolledBack)
+		}
 		return fmt.Errorf("mysqlstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+	}
+	if err == nil {
+		var del sql.Result
+		if del, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token)); err == nil {
+			if n, _ := del.RowsAffected(); n != 1 {
+				err = errors.New("the commit mark vanished from the transaction")
+			}
+		}
 	}
 	if err == nil {
 		err = runDeferred(ctx, tx, deferred)
