@@ -24,10 +24,14 @@ type statements struct {
 	// completed with the token as an integer literal (and ")" for markIns): sent as plain text on the
 	// transaction's connection, each is one round trip (a statement with
 	// arguments would cost a prepare unless it was prepared already).
-	markIns    string
-	markDel    string
-	markRead   string // a locking read: waits for a commit of the mark still in flight
-	sweepMarks string
+	markIns  string
+	markDel  string
+	markRead string // a locking read: waits for a commit of the mark still in flight
+	oldMarks string // marks past markTTL, the candidates of Sweep
+	// heldMarks and dropMarks are completed with a list of tokens as
+	// integer literals and ")".
+	heldMarks string
+	dropMarks string
 	// completeMarked is complete in Tx's transaction: it matches only
 	// while the transaction's commit mark is there (see completeInTx).
 	completeMarked string
@@ -109,11 +113,15 @@ func buildStatements(c config) statements {
 	s.markDel = "DELETE FROM " + n.txMarks + " WHERE token = "
 	s.markRead = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = ? LOCK IN SHARE MODE"
 	// Args: age (µs), batch.
-	s.sweepMarks = "DELETE FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
+	s.oldMarks = "SELECT token FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
+	// The marks a record still needs: processing under the mark's token,
+	// within retention (the takeover would find the mark; see Sweep).
+	s.heldMarks = "SELECT token FROM " + n.table + " WHERE status = 'processing' AND expires_at > {{NOW}} AND token IN ("
+	s.dropMarks = "DELETE FROM " + n.txMarks + " WHERE token IN ("
 
 	r := strings.NewReplacer("{{NOW}}", now)
 	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.completeMarked, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
-		&s.markIns, &s.markDel, &s.markRead, &s.sweepMarks} {
+		&s.markIns, &s.markDel, &s.markRead, &s.oldMarks, &s.heldMarks, &s.dropMarks} {
 		*p = r.Replace(*p)
 	}
 	return s

@@ -29,8 +29,10 @@ var (
 )
 
 // markTTL is how long Sweep keeps a commit mark (migration 0005) left
-// behind. A mark is read only by the execution that wrote it, at its
-// Complete or Fail: a day is far beyond any handler's transaction.
+// behind, at least. A mark is read by the execution that wrote it, at its
+// Complete or Fail (a day is far beyond any handler's transaction), and by
+// the claim that takes its record over after a crash: Sweep keeps it as
+// long as that record is processing under its token (sweepMarks).
 const markTTL = 24 * time.Hour
 
 // rollbackTimeout bounds the clean-up statements that run on a context
