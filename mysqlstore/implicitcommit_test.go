@@ -14,11 +14,16 @@ import (
 )
 
 // implicitCommits are statements a handler might run on its Tx that make
-// the server commit the transaction on its own (and go on in autocommit):
-// the commit mark and the writes before it land, whatever idem decides.
+// the server commit the transaction behind database/sql's back (and go on
+// in autocommit): the commit mark and the writes before it land, whatever
+// idem decides.
 var implicitCommits = map[string][]string{
 	"DDL":         {"CREATE TABLE audit (n INT)"},
 	"LOCK TABLES": {"LOCK TABLES ledger WRITE", "UNLOCK TABLES"},
+	// Sent as SQL, COMMIT ends it the same way; BEGIN commits it and
+	// begins another, which the rest of the handler's statements join.
+	"COMMIT": {"COMMIT"},
+	"BEGIN":  {"BEGIN", "INSERT INTO ledger (k, owner) VALUES ('after-begin', 0)"},
 }
 
 // bookThenCommitImplicitly runs the handler of key: the ledger row on its

@@ -82,9 +82,9 @@ const rollbackTimeout = 5 * time.Second
 // completes the record as not retained, and retries answer 409
 // not-retained. A read-only transaction (WithTxOptions) writes no mark.
 //
-// Do not run a statement that commits implicitly (DDL, LOCK TABLES) on the
-// transaction either: the server commits it, and the mark with it, and
-// goes on in autocommit. The mark then counts it as committed by the
+// Do not send COMMIT or BEGIN as SQL on the transaction, nor a statement
+// that commits implicitly (DDL, LOCK TABLES), either: the server commits
+// it, and the mark with it, and goes on outside it. The mark then counts it as committed by the
 // handler: the response is recorded, Fail completes the record as not
 // retained, the key is never released; but the fence is gone, and
 // statements queued by Defer autocommit one by one.
