@@ -185,7 +185,7 @@ func TestQueryCounts(t *testing.T) {
 	phase("complete in tx (UPDATE + DELETE mark + COMMIT)", 3, func() error {
 		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
 	})
-	// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
+	// In transactional mode, Fail: the mark's check + ROLLBACK + fenced UPDATE.
 	txReq.Key = "tx2"
 	phase("claim (tx2)", 1, func() error {
 		res, err := s.Claim(ctx, txReq)
@@ -194,7 +194,7 @@ func TestQueryCounts(t *testing.T) {
 		return err
 	})
 	phase("Tx (START TRANSACTION + commit mark) 2", 2, func() error { _, err := Tx(hctx); return err })
-	phase("fail in tx (ROLLBACK + UPDATE)", 2, func() error { return s.Fail(hctx, f) })
+	phase("fail in tx (SELECT mark + ROLLBACK + UPDATE)", 3, func() error { return s.Fail(hctx, f) })
 
 	// Deferred writes: nothing at Defer; at Complete, one round trip per
 	// statement (database/sql cannot pipeline), in a transaction of their

@@ -27,6 +27,9 @@ type statements struct {
 	markIns  string
 	markDel  string
 	markRead string // a locking read: waits for a commit of the mark still in flight
+	// markSeen is completed with the token: whether the transaction it
+	// runs in sees its mark (Fail's check, see Fail).
+	markSeen string
 	oldMarks string // marks past markTTL, the candidates of Sweep
 	// heldMarks and dropMarks are completed with a list of tokens as
 	// integer literals and ")".
@@ -111,6 +114,7 @@ func buildStatements(c config) statements {
 
 	s.markIns = "INSERT INTO " + n.txMarks + " (created_at, token) VALUES ({{NOW}}, "
 	s.markDel = "DELETE FROM " + n.txMarks + " WHERE token = "
+	s.markSeen = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = "
 	s.markRead = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = ? LOCK IN SHARE MODE"
 	// Args: age (µs), batch.
 	s.oldMarks = "SELECT token FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
@@ -121,7 +125,7 @@ func buildStatements(c config) statements {
 
 	r := strings.NewReplacer("{{NOW}}", now)
 	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.completeMarked, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
-		&s.markIns, &s.markDel, &s.markRead, &s.oldMarks, &s.heldMarks, &s.dropMarks} {
+		&s.markIns, &s.markDel, &s.markSeen, &s.markRead, &s.oldMarks, &s.heldMarks, &s.dropMarks} {
 		*p = r.Replace(*p)
 	}
 	return s

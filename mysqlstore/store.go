@@ -412,13 +412,29 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
 // this lease is rolled back first; statements queued by Defer are dropped.
 // If the handler had committed that transaction itself, or the server had
-// committed it (a statement that commits implicitly: DDL, LOCK TABLES), the
-// record is completed as not retained instead of failed (see Tx): its
-// writes must not run again.
+// committed it (a statement that commits implicitly: DDL, LOCK TABLES) or
+// rolled it back (its later statements then autocommitted), the record is
+// completed as not retained instead of failed (see Tx): its writes must
+// not run again.
 func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
 	tx, marked, _ := s.takeTx(ctx, f)
 	marked = marked && tx != nil
+	if marked {
+		// Does the transaction still see its commit mark? Not if the
+		// server rolled it back behind database/sql's back: then the
+		// handler's later statements autocommitted, and the key must not
+		// be released (see Tx). One round trip, on this path only.
+		var n int
+		err := tx.QueryRowContext(ctx, s.markSQL(s.sql.markSeen, f.Token)).Scan(&n)
+		if err == nil && n == 0 {
+			_ = tx.Rollback()
+			if err := s.endAfterServerRollback(ctx, op, f); !errors.Is(err, ErrTxRolledByServer) {
+				return err
+			}
+			return nil // the record ended, as not retained
+		}
+	}
 	if sqlstore.Abandon(tx, marked) {
 		if done, err := s.failCommitted(ctx, f); done {
 			return err

@@ -26,6 +26,14 @@ var (
 	// not recorded, the key is released, and the engine answers 500
 	// (it wraps storekit.ErrNotCommitted).
 	ErrTxRolledBack = fmt.Errorf("mysqlstore: the handler ended the lease transaction and its writes did not commit (leave Commit and Rollback of mysqlstore.Tx to idem): %w", storekit.ErrNotCommitted)
+	// ErrTxRolledByServer is returned by Complete when the server rolled
+	// the transaction Tx handed the handler back before Complete (a
+	// deadlock inside it, a ROLLBACK sent as SQL): the response is not
+	// recorded, and since the handler's statements after that rollback
+	// autocommitted (database/sql cannot tell), the key is not released
+	// either: the record is completed as not retained (retries answer 409
+	// not-retained). Fail does the same.
+	ErrTxRolledByServer = errors.New("mysqlstore: the server rolled the lease transaction back (a deadlock or ROLLBACK inside it); statements the handler ran on it after that autocommitted, if any, so the record is completed as not retained")
 )
 
 // markTTL is how long Sweep keeps a commit mark (migration 0005) left
@@ -64,8 +72,7 @@ const rollbackTimeout = 5 * time.Second
 // When Complete finds the transaction ended, it reads the mark:
 //
 //   - absent (the handler rolled back, e.g. with the idiomatic
-//     `defer tx.Rollback()`, or its Commit failed, or the server rolled
-//     the transaction back: a deadlock inside it, ROLLBACK sent as SQL):
+//     `defer tx.Rollback()`, or its Commit failed):
 //     the writes did not land, so the response is NOT recorded; the key is released (a retry
 //     runs the handler again) and Complete returns ErrTxRolledBack, which
 //     the engine answers with a 500 instead of the handler's response;
@@ -81,6 +88,12 @@ const rollbackTimeout = 5 * time.Second
 // does not release the key (a retry would run committed writes again): it
 // completes the record as not retained, and retries answer 409
 // not-retained. A read-only transaction (WithTxOptions) writes no mark.
+//
+// If the server rolled the transaction back behind database/sql's back (a
+// deadlock inside it the handler went past, ROLLBACK sent as SQL), every
+// later statement on it autocommitted: the response is not recorded and
+// the key is not released (a retry would run those statements again); the
+// record is completed as not retained (ErrTxRolledByServer).
 //
 // Do not send COMMIT or BEGIN as SQL on the transaction, nor a statement
 // that commits implicitly (DDL, LOCK TABLES), either: the server commits
@@ -216,8 +229,8 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // matches only while the commit mark is there, so the mark decides:
 // rolled back (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
 // went past), the mark went with the writes, the complete records nothing,
-// and the response is refused (ErrTxRolledBack) and the key released before
-// anything else runs; committed (a statement that commits implicitly: DDL,
+// and the record is completed as not retained before anything else runs
+// (endAfterServerRollback); committed (a statement that commits implicitly: DDL,
 // LOCK TABLES), the mark landed with the writes, the response is recorded,
 // and whatever fails after, the key is never released (the fail statement
 // refuses a record whose mark landed).
@@ -254,18 +267,11 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	if err == nil && n == 0 {
 		_ = tx.Rollback()
 		// The lease was lost, or the server rolled the transaction back
-		// and the mark with it (see above): the fenced fail matches only
-		// the latter, and releases the key.
+		// and the mark with it (see above): the fenced update below
+		// matches only the latter.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		released, ferr := s.fenced(fctx, s.sql.fail, f.Scope, f.Key, f.Token)
-		switch {
-		case ferr != nil:
-			return wrap(ctx, "complete: the fenced update matched nothing; release the key", ferr)
-		case released:
-			return fmt.Errorf("mysqlstore: complete: the lease transaction was rolled back by the server: %w", ErrTxRolledBack)
-		}
-		return fmt.Errorf("mysqlstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+		return s.endAfterServerRollback(fctx, "complete", f)
 	}
 	if err == nil {
 		var del sql.Result
@@ -287,6 +293,25 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		return wrap(ctx, "complete: commit", err)
 	}
 	return nil
+}
+
+// endAfterServerRollback ends the record of f when the server rolled the
+// lease transaction back behind database/sql's back (a deadlock or a
+// ROLLBACK sent as SQL inside it). Its writes until then rolled back, but
+// every statement the handler ran on tx after that autocommitted (a
+// handler that ignored the deadlock and went on booking): releasing the
+// key would let a retry run those again. The record is completed as not
+// retained instead (retries answer 409 not-retained). When the fenced
+// update matches nothing, the lease was lost.
+func (s *Store) endAfterServerRollback(ctx context.Context, op string, f storekit.Fence) error {
+	err := s.completeNotRetained(ctx, f)
+	switch {
+	case errors.Is(err, core.ErrLeaseLost):
+		return fmt.Errorf("mysqlstore: %s: %w (handler transaction rolled back)", op, err)
+	case err != nil:
+		return wrap(ctx, op+": the server rolled the lease transaction back; complete the record as not retained", err)
+	}
+	return fmt.Errorf("mysqlstore: %s: %w", op, ErrTxRolledByServer)
 }
 
 // completeAfterHandlerEnded completes a record whose handler ended the
