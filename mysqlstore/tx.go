@@ -32,7 +32,8 @@ var (
 	// recorded, and since the handler's statements after that rollback
 	// autocommitted (database/sql cannot tell), the key is not released
 	// either: the record is completed as not retained (retries answer 409
-	// not-retained). Fail does the same.
+	// not-retained; the engine answers 503). Fail does the same, and
+	// returns nil.
 	ErrTxRolledByServer = errors.New("mysqlstore: the server rolled the lease transaction back (a deadlock or ROLLBACK inside it); statements the handler ran on it after that autocommitted, if any, so the record is completed as not retained")
 )
 
@@ -97,10 +98,10 @@ const rollbackTimeout = 5 * time.Second
 //
 // Do not send COMMIT or BEGIN as SQL on the transaction, nor a statement
 // that commits implicitly (DDL, LOCK TABLES), either: the server commits
-// it, and the mark with it, and goes on outside it. The mark then counts it as committed by the
-// handler: the response is recorded, Fail completes the record as not
-// retained, the key is never released; but the fence is gone, and
-// statements queued by Defer autocommit one by one.
+// it, and the mark with it, and goes on outside it. The mark then counts
+// it as committed by the handler: the response is recorded, Fail completes
+// the record as not retained, the key is never released; but the fence is
+// gone, and statements queued by Defer autocommit one by one.
 //
 // The transaction lives until Complete or Fail, not until ctx is cancelled
 // (it is begun on a context without ctx's cancellation; each statement the
