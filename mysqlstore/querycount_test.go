@@ -176,16 +176,16 @@ func TestQueryCounts(t *testing.T) {
 		return err
 	})
 	var tx *sql.Tx
-	phase("Tx (START TRANSACTION + commit mark)", 2, func() error { var err error; tx, err = Tx(hctx); return err })
+	phase("first Tx (prepare the complete + START TRANSACTION + commit mark)", 3, func() error { var err error; tx, err = Tx(hctx); return err })
 	phase("handler insert (no arguments)", 1, func() error {
 		_, err := tx.ExecContext(hctx, "INSERT INTO ledger (k) VALUES ('tx')")
 		return err
 	})
 	phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
-	phase("complete in tx (DELETE mark + UPDATE + COMMIT)", 3, func() error {
+	phase("complete in tx (UPDATE + DELETE mark + COMMIT)", 3, func() error {
 		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
 	})
-	// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
+	// In transactional mode, Fail: the mark's check + ROLLBACK + fenced UPDATE.
 	txReq.Key = "tx2"
 	phase("claim (tx2)", 1, func() error {
 		res, err := s.Claim(ctx, txReq)
@@ -194,7 +194,7 @@ func TestQueryCounts(t *testing.T) {
 		return err
 	})
 	phase("Tx (START TRANSACTION + commit mark) 2", 2, func() error { _, err := Tx(hctx); return err })
-	phase("fail in tx (ROLLBACK + UPDATE)", 2, func() error { return s.Fail(hctx, f) })
+	phase("fail in tx (SELECT mark + ROLLBACK + UPDATE)", 3, func() error { return s.Fail(hctx, f) })
 
 	// Deferred writes: nothing at Defer; at Complete, one round trip per
 	// statement (database/sql cannot pipeline), in a transaction of their
@@ -216,7 +216,7 @@ func TestQueryCounts(t *testing.T) {
 	claimHandler("tx-defer")
 	phase("Tx (START TRANSACTION + commit mark) 3", 2, func() error { _, err := Tx(hctx); return err })
 	phase("Defer in tx (no statement)", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('tx-defer')") })
-	phase("complete in tx with a deferred statement (DELETE mark + UPDATE + INSERT + COMMIT)", 4, func() error {
+	phase("complete in tx with a deferred statement (UPDATE + DELETE mark + INSERT + COMMIT)", 4, func() error {
 		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
 	})
 	claimHandler("defer-fail")

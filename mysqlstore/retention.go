@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -21,8 +23,9 @@ const (
 // returns how many it deleted. It also deletes up to batch old rows of the
 // token table (every draw but the newest; the AUTO_INCREMENT counter does
 // not depend on them) and up to batch commit marks of Tx older than a day
-// (left by handlers that committed themselves and died before Complete). Call it in a loop until it returns fewer than batch
-// (Maintain does).
+// (left by handlers that committed themselves and died before Complete)
+// that no record still processing needs (see sweepMarks). Call it in a
+// loop until it returns fewer than batch (Maintain does).
 //
 // Each batch is its own short READ COMMITTED transaction: at REPEATABLE
 // READ, the server's default, the DELETE's range scan on expires_at would
@@ -50,13 +53,66 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	}); err != nil {
 		return int(n), wrap(ctx, "sweep tokens", err)
 	}
-	if err := s.withRetry(ctx, func() error {
-		_, err := s.inReadCommitted(ctx, s.sql.sweepMarks, micros(markTTL), batch)
-		return err
-	}); err != nil {
+	if err := s.withRetry(ctx, func() error { return s.sweepMarks(ctx, batch) }); err != nil {
 		return int(n), wrap(ctx, "sweep commit marks", err)
 	}
 	return int(n), nil
+}
+
+// sweepMarks deletes up to batch commit marks of Tx older than markTTL,
+// except those a record still needs: a record processing under the mark's
+// token within retention, whose handler committed and died before
+// Complete. The claim that takes its lapsed lease over finds the mark and
+// completes it as not retained; without the mark it would run the
+// committed writes again, however long the retention (longer than markTTL
+// is allowed). That record is found by a scan of the table (no index on
+// token): one statement, run only when marks were left behind. A mark
+// found not needed stays so: a record's token only moves forward.
+func (s *Store) sweepMarks(ctx context.Context, batch int) error {
+	old, err := s.tokens(ctx, s.sql.oldMarks, micros(markTTL), batch)
+	if err != nil || len(old) == 0 {
+		return err
+	}
+	held, err := s.tokens(ctx, tokenList(s.sql.heldMarks, old))
+	if err != nil {
+		return err
+	}
+	drop := slices.DeleteFunc(old, func(tok int64) bool { return slices.Contains(held, tok) })
+	if len(drop) == 0 {
+		return nil
+	}
+	_, err = s.db.ExecContext(ctx, tokenList(s.sql.dropMarks, drop))
+	return err
+}
+
+// tokens runs query and returns its single BIGINT column.
+func (s *Store) tokens(ctx context.Context, query string, args ...any) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var tok int64
+		if err := rows.Scan(&tok); err != nil {
+			return nil, err
+		}
+		out = append(out, tok)
+	}
+	return out, rows.Err()
+}
+
+// tokenList completes prefix with toks as integer literals and ")".
+func tokenList(prefix string, toks []int64) string {
+	b := []byte(prefix)
+	for i, tok := range toks {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(b, tok, 10)
+	}
+	return string(append(b, ')'))
 }
 
 func (s *Store) inReadCommitted(ctx context.Context, query string, args ...any) (int64, error) {

@@ -24,10 +24,20 @@ type statements struct {
 	// completed with the token as an integer literal (and ")" for markIns): sent as plain text on the
 	// transaction's connection, each is one round trip (a statement with
 	// arguments would cost a prepare unless it was prepared already).
-	markIns    string
-	markDel    string
-	markRead   string // a locking read: waits for a commit of the mark still in flight
-	sweepMarks string
+	markIns  string
+	markDel  string
+	markRead string // a locking read: waits for a commit of the mark still in flight
+	// markSeen is completed with the token: whether the transaction it
+	// runs in sees its mark (Fail's check, see Fail).
+	markSeen string
+	oldMarks string // marks past markTTL, the candidates of Sweep
+	// heldMarks and dropMarks are completed with a list of tokens as
+	// integer literals and ")".
+	heldMarks string
+	dropMarks string
+	// completeMarked is complete in Tx's transaction: it matches only
+	// while the transaction's commit mark is there (see completeInTx).
+	completeMarked string
 }
 
 const (
@@ -75,7 +85,14 @@ func buildStatements(c config) statements {
 	// be taken over, so nobody will read them.
 	s.complete = "UPDATE " + n.table + " SET status = 'completed', completed_at = {{NOW}}, steps = NULL,\n" +
 		"    resp_status = ?, resp_header = ?, resp_body = ?, resp_not_retained = ?\nWHERE " + fenceWhere
-	s.fail = "UPDATE " + n.table + " SET status = 'failed' WHERE " + fenceWhere
+	// A record whose commit mark landed (Tx's transaction committed, by the
+	// handler or implicitly by the server) is never released: its writes
+	// are in, and a retry would run them again (Fail tells that from a lost
+	// lease). The mark's read is a primary-key lookup.
+	s.fail = "UPDATE " + n.table + " SET status = 'failed' WHERE " + fenceWhere +
+		"\n  AND NOT EXISTS (SELECT 1 FROM " + n.txMarks + " WHERE " + n.txMarks + ".token = " + n.table + ".token)"
+	s.completeMarked = s.complete +
+		"\n  AND EXISTS (SELECT 1 FROM " + n.txMarks + " WHERE " + n.txMarks + ".token = " + n.table + ".token)"
 	// Sweep: bounded batch, oldest first. Args: margin (µs), batch.
 	s.sweep = "DELETE FROM " + n.table + "\nWHERE expires_at <= {{NOW}} - INTERVAL ? MICROSECOND\n" +
 		"  AND NOT (status = 'processing' AND locked_until > {{NOW}})\nORDER BY expires_at LIMIT ?"
@@ -97,13 +114,18 @@ func buildStatements(c config) statements {
 
 	s.markIns = "INSERT INTO " + n.txMarks + " (created_at, token) VALUES ({{NOW}}, "
 	s.markDel = "DELETE FROM " + n.txMarks + " WHERE token = "
+	s.markSeen = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = "
 	s.markRead = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = ? LOCK IN SHARE MODE"
 	// Args: age (µs), batch.
-	s.sweepMarks = "DELETE FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
+	s.oldMarks = "SELECT token FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
+	// The marks a record still needs: processing under the mark's token,
+	// within retention (the takeover would find the mark; see Sweep).
+	s.heldMarks = "SELECT token FROM " + n.table + " WHERE status = 'processing' AND expires_at > {{NOW}} AND token IN ("
+	s.dropMarks = "DELETE FROM " + n.txMarks + " WHERE token IN ("
 
 	r := strings.NewReplacer("{{NOW}}", now)
-	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
-		&s.markIns, &s.markDel, &s.markRead, &s.sweepMarks} {
+	for _, p := range []*string{&s.claim, &s.heartbeat, &s.complete, &s.completeMarked, &s.fail, &s.get, &s.sweep, &s.sweepToks, &s.now, &s.loadSteps, &s.saveStep,
+		&s.markIns, &s.markDel, &s.markSeen, &s.markRead, &s.oldMarks, &s.heldMarks, &s.dropMarks} {
 		*p = r.Replace(*p)
 	}
 	return s

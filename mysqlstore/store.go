@@ -32,6 +32,10 @@ type Store struct {
 	names names
 	sql   statements
 	stmts *sqlstore.Stmts
+	// txStmts are the statements run in Tx's transactions: stmts, or with
+	// WithTxPool its own cache on that pool (database/sql runs a statement
+	// in a transaction only if it was prepared on the transaction's pool).
+	txStmts *sqlstore.Stmts
 
 	// schemaVersion is the highest migration this binary ships; schemaOK is
 	// set once the database has it (checkSchema), galera once the server
@@ -70,8 +74,10 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		sql:   buildStatements(cfg),
 		stmts: sqlstore.NewStmts(db),
 	}
-	if cfg.TxDB != nil {
+	s.txStmts = s.stmts
+	if cfg.TxDB != nil && cfg.TxDB != db {
 		s.txDB = cfg.TxDB
+		s.txStmts = sqlstore.NewStmts(cfg.TxDB)
 	}
 	migs, err := loadMigrations(cfg)
 	if err != nil {
@@ -92,7 +98,12 @@ func (s *Store) Galera() bool { return s.galera.Load() }
 
 // Close releases the statements the store prepared. It does not close the
 // *sql.DB. Using the store after Close returns an error.
-func (s *Store) Close() { s.stmts.Close() }
+func (s *Store) Close() {
+	s.stmts.Close()
+	if s.txStmts != s.stmts {
+		s.txStmts.Close()
+	}
+}
 
 // stmt returns the prepared statement for query, preparing it on first use.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -400,20 +411,33 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 
 // Fail implements core.Store. One UPDATE. A transaction begun by Tx for
 // this lease is rolled back first; statements queued by Defer are dropped.
-// If the handler had committed that transaction itself, the record is
-// completed as not retained instead of failed (see Tx): its writes must not
-// run again.
+// If the handler had committed that transaction itself, or the server had
+// committed it (a statement that commits implicitly: DDL, LOCK TABLES) or
+// rolled it back (its later statements then autocommitted), the record is
+// completed as not retained instead of failed (see Tx): its writes must
+// not run again.
 func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	const op = "fail"
-	if s.abandonTx(ctx, f) {
-		committed, err := s.failAfterHandlerCommitted(ctx, f)
-		switch {
-		case errors.Is(err, core.ErrLeaseLost):
-			return fmt.Errorf("mysqlstore: fail: %w", err)
-		case err != nil:
-			return wrap(ctx, "fail: the handler ended the transaction: read its commit mark, or complete the record as not retained", err)
-		case committed:
-			return nil
+	tx, marked, _ := s.takeTx(ctx, f)
+	marked = marked && tx != nil
+	if marked {
+		// Does the transaction still see its commit mark? Not if the
+		// server rolled it back behind database/sql's back: then the
+		// handler's later statements autocommitted, and the key must not
+		// be released (see Tx). One round trip, on this path only.
+		var n int
+		err := tx.QueryRowContext(ctx, s.markSQL(s.sql.markSeen, f.Token)).Scan(&n)
+		if err == nil && n == 0 {
+			_ = tx.Rollback()
+			if err := s.endAfterServerRollback(ctx, op, f); !errors.Is(err, ErrTxRolledByServer) {
+				return err
+			}
+			return nil // the record ended, as not retained
+		}
+	}
+	if sqlstore.Abandon(tx, marked) {
+		if done, err := s.failCommitted(ctx, f); done {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -423,10 +447,33 @@ func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 	if err != nil {
 		return wrap(ctx, op, err)
 	}
+	if !ok && marked {
+		// The rollback succeeded, yet the fenced fail refused the record:
+		// a lost lease, or the commit mark landed (the server committed
+		// the transaction on its own before the rollback).
+		if done, err := s.failCommitted(ctx, f); done {
+			return err
+		}
+	}
 	if !ok {
 		return fmt.Errorf("mysqlstore: fail: %w", core.ErrLeaseLost)
 	}
 	return nil
+}
+
+// failCommitted is Fail once the lease's transaction has ended in a way
+// idem did not decide: done reports that the commit mark said its writes
+// committed (the record is then completed as not retained) or could not be
+// read; err is Fail's answer then.
+func (s *Store) failCommitted(ctx context.Context, f storekit.Fence) (done bool, err error) {
+	committed, err := s.failAfterHandlerCommitted(ctx, f)
+	switch {
+	case errors.Is(err, core.ErrLeaseLost):
+		return true, fmt.Errorf("mysqlstore: fail: %w", err)
+	case err != nil:
+		return true, wrap(ctx, "fail: the lease transaction was ended outside idem: read its commit mark, or complete the record as not retained", err)
+	}
+	return committed, nil
 }
 
 // Get implements core.Store. One SELECT (a causal read on Galera, see

@@ -26,11 +26,22 @@ var (
 	// not recorded, the key is released, and the engine answers 500
 	// (it wraps storekit.ErrNotCommitted).
 	ErrTxRolledBack = fmt.Errorf("mysqlstore: the handler ended the lease transaction and its writes did not commit (leave Commit and Rollback of mysqlstore.Tx to idem): %w", storekit.ErrNotCommitted)
+	// ErrTxRolledByServer is returned by Complete when the server rolled
+	// the transaction Tx handed the handler back before Complete (a
+	// deadlock inside it, a ROLLBACK sent as SQL): the response is not
+	// recorded, and since the handler's statements after that rollback
+	// autocommitted (database/sql cannot tell), the key is not released
+	// either: the record is completed as not retained (retries answer 409
+	// not-retained; the engine answers 503). Fail does the same, and
+	// returns nil.
+	ErrTxRolledByServer = errors.New("mysqlstore: the server rolled the lease transaction back (a deadlock or ROLLBACK inside it); statements the handler ran on it after that autocommitted, if any, so the record is completed as not retained")
 )
 
 // markTTL is how long Sweep keeps a commit mark (migration 0005) left
-// behind. A mark is read only by the execution that wrote it, at its
-// Complete or Fail: a day is far beyond any handler's transaction.
+// behind, at least. A mark is read by the execution that wrote it, at its
+// Complete or Fail (a day is far beyond any handler's transaction), and by
+// the claim that takes its record over after a crash: Sweep keeps it as
+// long as that record is processing under its token (sweepMarks).
 const markTTL = 24 * time.Hour
 
 // rollbackTimeout bounds the clean-up statements that run on a context
@@ -62,8 +73,7 @@ const rollbackTimeout = 5 * time.Second
 // When Complete finds the transaction ended, it reads the mark:
 //
 //   - absent (the handler rolled back, e.g. with the idiomatic
-//     `defer tx.Rollback()`, or its Commit failed, or the server rolled
-//     the transaction back: a deadlock inside it, ROLLBACK sent as SQL):
+//     `defer tx.Rollback()`, or its Commit failed):
 //     the writes did not land, so the response is NOT recorded; the key is released (a retry
 //     runs the handler again) and Complete returns ErrTxRolledBack, which
 //     the engine answers with a 500 instead of the handler's response;
@@ -79,6 +89,19 @@ const rollbackTimeout = 5 * time.Second
 // does not release the key (a retry would run committed writes again): it
 // completes the record as not retained, and retries answer 409
 // not-retained. A read-only transaction (WithTxOptions) writes no mark.
+//
+// If the server rolled the transaction back behind database/sql's back (a
+// deadlock inside it the handler went past, ROLLBACK sent as SQL), every
+// later statement on it autocommitted: the response is not recorded and
+// the key is not released (a retry would run those statements again); the
+// record is completed as not retained (ErrTxRolledByServer).
+//
+// Do not send COMMIT or BEGIN as SQL on the transaction, nor a statement
+// that commits implicitly (DDL, LOCK TABLES), either: the server commits
+// it, and the mark with it, and goes on outside it. The mark then counts
+// it as committed by the handler: the response is recorded, Fail completes
+// the record as not retained, the key is never released; but the fence is
+// gone, and statements queued by Defer autocommit one by one.
 //
 // The transaction lives until Complete or Fail, not until ctx is cancelled
 // (it is begun on a context without ctx's cancellation; each statement the
@@ -108,13 +131,20 @@ func Tx(ctx context.Context) (*sql.Tx, error) {
 				return nil, false, wrap(ctx, "tx: causal wait", err)
 			}
 		}
+		marked := s.cfg.TxMarked()
+		if marked {
+			// Complete's statement in this transaction, prepared on its
+			// pool once per Store (here a connection is taken anyway).
+			if _, err := s.txStmts.Get(ctx, s.sql.completeMarked); err != nil {
+				return nil, false, wrap(ctx, "tx: prepare complete", err)
+			}
+		}
 		// database/sql rolls a transaction back when its context ends; this
 		// one must last until Complete or Fail, whatever the request does.
 		tx, err := s.txDB.BeginTx(context.WithoutCancel(ctx), s.cfg.TxOpts)
 		if err != nil {
 			return nil, false, wrap(ctx, "tx: begin", err)
 		}
-		marked := s.cfg.TxMarked()
 		if marked {
 			if _, err := tx.ExecContext(ctx, s.markSQL(s.sql.markIns, lease.Fence().Token)+")"); err != nil {
 				_ = tx.Rollback()
@@ -179,11 +209,11 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 	return sqlstore.Abandon(tx, marked)
 }
 
-// completeInTx deletes the commit mark, runs the fenced complete inside the
-// handler's transaction, then the deferred statements, and commits it; on
+// completeInTx runs the fenced complete inside the handler's transaction,
+// deletes the commit mark, runs the deferred statements, and commits it; on
 // any failure the transaction is rolled back. (The mark is deleted before
-// the commit: on this path it never lands. Delete and complete are two round
-// trips: the driver sends one statement at a time.)
+// the commit: on this path it never lands. Complete and delete are two
+// round trips: the driver sends one statement at a time.)
 //
 // When it fails for a reason other than a lost lease, it also marks the
 // record failed (fenced, best effort), so a retry may run the handler again
@@ -195,13 +225,18 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // matches nothing.) A deferred statement the server refused is reported
 // with storekit.ErrNotCommitted (completeFailed).
 //
-// The mark's DELETE must find the mark. The server may end the transaction
-// on its own (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
-// went past), database/sql does not know, and every later statement on tx
-// would autocommit: then the response is refused (ErrTxRolledBack) and the
-// key released before anything else runs.
+// The server may have ended the transaction on its own, database/sql does
+// not know, and every statement on tx then autocommits. The fenced complete
+// matches only while the commit mark is there, so the mark decides:
+// rolled back (ROLLBACK sent as SQL, a deadlock or Galera abort the handler
+// went past), the mark went with the writes, the complete records nothing,
+// and the record is completed as not retained before anything else runs
+// (endAfterServerRollback); committed (a statement that commits implicitly: DDL,
+// LOCK TABLES), the mark landed with the writes, the response is recorded,
+// and whatever fails after, the key is never released (the fail statement
+// refuses a record whose mark landed).
 func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
-	if !s.cfg.TxMarked() { // a read-only transaction
+	if !marked { // a read-only transaction
 		// The server refuses the fenced update inside a read-only
 		// transaction (1792), and there is nothing to commit with it:
 		// end the transaction and complete as for a handler that ended
@@ -210,32 +245,17 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		_ = tx.Rollback()
 		return s.completeAfterHandlerEnded(ctx, false, f, deferred, args)
 	}
-	var err error
-	if marked {
-		var del sql.Result
-		if del, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token)); err == nil {
-			if n, _ := del.RowsAffected(); n != 1 {
-				// The server ended the transaction behind database/sql's
-				// back (ROLLBACK sent as SQL, a deadlock or a Galera abort
-				// inside the handler's transaction): the mark, and the
-				// writes with it, rolled back, and every later statement
-				// on tx would autocommit. Refuse before anything runs.
-				_ = tx.Rollback()
-				s.releaseAfterTxFailure(ctx, f)
-				return fmt.Errorf("mysqlstore: complete: the lease transaction was rolled back by the server: %w", ErrTxRolledBack)
-			}
-		}
-	}
-	var res sql.Result
-	if err == nil {
-		if st := s.stmts.Prepared(s.sql.complete); st != nil {
-			res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-		} else {
-			// Not prepared yet: prepare on the transaction's own connection
-			// (preparing on the pool could wait for a connection forever
-			// when transactions hold them all).
-			res, err = tx.ExecContext(ctx, s.sql.complete, args...)
-		}
+	var (
+		res sql.Result
+		err error
+	)
+	if st := s.txStmts.Prepared(s.sql.completeMarked); st != nil {
+		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		// Not prepared (Tx prepares it; a failed prepare): prepare on the
+		// transaction's own connection (preparing on the pool could wait
+		// for a connection forever when transactions hold them all).
+		res, err = tx.ExecContext(ctx, s.sql.completeMarked, args...)
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		// The handler committed or rolled back the transaction itself.
@@ -247,7 +267,20 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 	}
 	if err == nil && n == 0 {
 		_ = tx.Rollback()
-		return fmt.Errorf("mysqlstore: complete: %w (handler transaction rolled back)", core.ErrLeaseLost)
+		// The lease was lost, or the server rolled the transaction back
+		// and the mark with it (see above): the fenced update below
+		// matches only the latter.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		return s.endAfterServerRollback(fctx, "complete", f)
+	}
+	if err == nil {
+		var del sql.Result
+		if del, err = tx.ExecContext(ctx, s.markSQL(s.sql.markDel, f.Token)); err == nil {
+			if n, _ := del.RowsAffected(); n != 1 {
+				err = errors.New("the commit mark vanished from the transaction")
+			}
+		}
 	}
 	if err == nil {
 		err = runDeferred(ctx, tx, deferred)
@@ -261,6 +294,25 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		return wrap(ctx, "complete: commit", err)
 	}
 	return nil
+}
+
+// endAfterServerRollback ends the record of f when the server rolled the
+// lease transaction back behind database/sql's back (a deadlock or a
+// ROLLBACK sent as SQL inside it). Its writes until then rolled back, but
+// every statement the handler ran on tx after that autocommitted (a
+// handler that ignored the deadlock and went on booking): releasing the
+// key would let a retry run those again. The record is completed as not
+// retained instead (retries answer 409 not-retained). When the fenced
+// update matches nothing, the lease was lost.
+func (s *Store) endAfterServerRollback(ctx context.Context, op string, f storekit.Fence) error {
+	err := s.completeNotRetained(ctx, f)
+	switch {
+	case errors.Is(err, core.ErrLeaseLost):
+		return fmt.Errorf("mysqlstore: %s: %w (handler transaction rolled back)", op, err)
+	case err != nil:
+		return wrap(ctx, op+": the server rolled the lease transaction back; complete the record as not retained", err)
+	}
+	return fmt.Errorf("mysqlstore: %s: %w", op, ErrTxRolledByServer)
 }
 
 // completeAfterHandlerEnded completes a record whose handler ended the

@@ -399,8 +399,11 @@ func TestTxMarkKeptWhenEndFails(t *testing.T) {
 // database/sql's back (here the handler sends ROLLBACK as SQL; a deadlock
 // (1213) or a Galera brute-force abort inside the handler's transaction
 // rolls it back the same way, and the connection goes on in autocommit).
-// Complete must refuse the response and release the key: running the
-// fenced complete in autocommit stores a 201 for writes that never landed.
+// Complete must refuse the response: running the fenced complete in
+// autocommit stores a 201 for writes that never landed. It must not
+// release the key either: what the handler ran after the rollback
+// autocommitted (TestTxWritesAfterServerRollback). The record is completed
+// as not retained.
 func TestTxEndedByServer(t *testing.T) {
 	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
@@ -417,14 +420,14 @@ func TestTxEndedByServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
-	if !errors.Is(err, ErrTxRolledBack) || !errors.Is(err, storekit.ErrNotCommitted) {
-		t.Errorf("Complete after the server ended the transaction: %v, want ErrTxRolledBack", err)
+	if !errors.Is(err, ErrTxRolledByServer) || errors.Is(err, storekit.ErrNotCommitted) {
+		t.Errorf("Complete after the server ended the transaction: %v, want ErrTxRolledByServer", err)
 	}
 	if n := ledgerRows(t, db, "a"); n != 0 {
 		t.Errorf("%d ledger rows, want 0", n)
 	}
-	if r, err := s.Get(t.Context(), f.Scope, f.Key); err != nil || r.Status != storekit.StatusFailed {
-		t.Errorf("record: %v %v, want failed (released: the writes did not land)", r.Status, err)
+	if r, err := s.Get(t.Context(), f.Scope, f.Key); err != nil || r.Status != storekit.StatusCompleted || r.Response == nil || !r.Response.NotRetained {
+		t.Errorf("record: %v %+v %v, want completed as not retained", r.Status, r.Response, err)
 	}
 	if n := markRows(t, db); n != 0 {
 		t.Errorf("%d marks, want 0", n)
