@@ -16,7 +16,9 @@ const (
 // Sweep deletes up to batch records that are past expires_at by more than
 // the retention margin and not held by a live lease, oldest first (their
 // steps go with them, by trigger), and returns how many it deleted. It also
-// deletes up to batch commit marks of Tx older than a day. Each is one
+// deletes up to batch commit marks of Tx older than a day that no record
+// still processing under their token (within retention) needs: its
+// takeover reads the mark (see sql.go, sweepMarks). Each is one
 // autocommit statement. Call it in a loop until it returns fewer than batch
 // (Maintain does).
 func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {

@@ -89,9 +89,15 @@ func buildStatements(c config) statements {
 	s.sweep = "DELETE FROM " + n.table + " WHERE (scope, key) IN (SELECT scope, key FROM " + n.table + "\n" +
 		"    WHERE expires_at <= {{NOW}} - ? AND NOT (status = 'processing' AND locked_until > {{NOW}})\n" +
 		"    ORDER BY expires_at LIMIT ?)"
-	// Args: age (µs), batch.
+	// Args: age (µs), batch. A mark a record still needs stays: one
+	// processing under the mark's token within retention, whose takeover
+	// reads it (see claimWrite), however long the retention. The NOT IN
+	// list (a scan of the table: no index on token) is built once, and
+	// only when a mark is past the age.
 	s.sweepMarks = "DELETE FROM " + n.txMarks + " WHERE token IN (SELECT token FROM " + n.txMarks +
-		" WHERE created_at <= {{NOW}} - ? ORDER BY token LIMIT ?)"
+		" WHERE created_at <= {{NOW}} - ?\n" +
+		"    AND token NOT IN (SELECT token FROM " + n.table + " WHERE status = 'processing' AND expires_at > {{NOW}})\n" +
+		"    ORDER BY token LIMIT ?)"
 
 	r := strings.NewReplacer("{{NOW}}", c.clock())
 	for _, p := range []*string{&s.now, &s.get, &s.drawToken, &s.upsert, &s.markClaim, &s.heartbeat, &s.complete,

@@ -31,7 +31,9 @@ var (
 )
 
 // markTTL is how long Sweep keeps a commit mark left behind by a handler
-// that committed itself and died before Complete.
+// that committed itself and died before Complete, at least: it also keeps
+// it as long as that record is processing under its token within
+// retention, for the claim that takes it over (sweepMarks).
 const markTTL = 24 * time.Hour
 
 // rollbackTimeout bounds the clean-up statements that run on a context

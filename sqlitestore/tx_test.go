@@ -216,6 +216,63 @@ func TestTxTakeoverFindsMark(t *testing.T) {
 	}
 }
 
+// TestSweepKeepsMarkOfProcessingRecord: with a retention longer than a day,
+// a handler commits its Tx transaction itself and its process dies before
+// Complete. Its commit mark is all that keeps a retry from running the
+// committed writes again, for as long as the record is retained: Sweep
+// must not delete it after a day while the record is still processing
+// under its token. Once the record no longer needs it (completed), Sweep
+// deletes it.
+func TestSweepKeepsMarkOfProcessingRecord(t *testing.T) {
+	db, _ := newDB(t)
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	req := claimReq("week", time.Minute)
+	req.Retention = 7 * 24 * time.Hour
+	hctx, f := handlerCtx(t, s, req)
+	if err := book(hctx, req.Key, f.Token); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := Tx(hctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s.takeTx(hctx, f) // the process "dies": nobody will Complete
+	// Two days later, Sweep runs, then a retry.
+	later := openStore(t, db, withClockOffset(2*24*time.Hour))
+	if _, err := later.Sweep(t.Context(), 100); err != nil {
+		t.Fatal(err)
+	}
+	res, err := later.Claim(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed {
+		t.Fatalf("a retry two days later took the key over (token %d) although the handler's writes committed (%d ledger rows): the payment runs again",
+			res.Record.Token, ledgerRows(t, db, req.Key))
+	}
+	if res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil || !res.Record.Response.NotRetained {
+		t.Fatalf("retry answered %s %+v, want completed as not retained", res.Record.Status, res.Record.Response)
+	}
+	if n := ledgerRows(t, db, req.Key); n != 1 {
+		t.Fatalf("%d ledger rows, want 1", n)
+	}
+	// The record is completed: its mark is no longer needed.
+	if _, err := later.Sweep(t.Context(), 100); err != nil {
+		t.Fatal(err)
+	}
+	var marks int
+	if err := db.QueryRow("SELECT COUNT(*) FROM idem_records_txmarks").Scan(&marks); err != nil {
+		t.Fatal(err)
+	}
+	if marks != 0 {
+		t.Errorf("%d commit marks after the record completed and a sweep, want 0", marks)
+	}
+}
+
 // TestTxStaleOwnerRollsBack: an owner whose lease was taken over before it
 // began its transaction loses its writes with its Complete.
 func TestTxStaleOwnerRollsBack(t *testing.T) {
