@@ -67,22 +67,30 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 // committed writes again, however long the retention (longer than markTTL
 // is allowed). That record is found by a scan of the table (no index on
 // token): one statement, run only when marks were left behind. A mark
-// found not needed stays so: a record's token only moves forward.
+// found not needed stays so: a record's token only moves forward. Needed
+// marks are paged past (by token), so that they cannot hold the sweep back
+// from the unneeded marks behind them.
 func (s *Store) sweepMarks(ctx context.Context, batch int) error {
-	old, err := s.tokens(ctx, s.sql.oldMarks, micros(markTTL), batch)
-	if err != nil || len(old) == 0 {
-		return err
+	for after := int64(0); ; {
+		old, err := s.tokens(ctx, s.sql.oldMarks, micros(markTTL), after, batch)
+		if err != nil || len(old) == 0 {
+			return err
+		}
+		held, err := s.tokens(ctx, tokenList(s.sql.heldMarks, old))
+		if err != nil {
+			return err
+		}
+		after = old[len(old)-1]
+		full := len(old) == batch
+		drop := slices.DeleteFunc(old, func(tok int64) bool { return slices.Contains(held, tok) })
+		if len(drop) > 0 {
+			_, err = s.db.ExecContext(ctx, tokenList(s.sql.dropMarks, drop))
+			return err
+		}
+		if !full {
+			return nil
+		}
 	}
-	held, err := s.tokens(ctx, tokenList(s.sql.heldMarks, old))
-	if err != nil {
-		return err
-	}
-	drop := slices.DeleteFunc(old, func(tok int64) bool { return slices.Contains(held, tok) })
-	if len(drop) == 0 {
-		return nil
-	}
-	_, err = s.db.ExecContext(ctx, tokenList(s.sql.dropMarks, drop))
-	return err
 }
 
 // tokens runs query and returns its single BIGINT column.

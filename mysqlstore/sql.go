@@ -117,7 +117,7 @@ func buildStatements(c config) statements {
 	s.markSeen = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = "
 	s.markRead = "SELECT COUNT(*) FROM " + n.txMarks + " WHERE token = ? LOCK IN SHARE MODE"
 	// Args: age (µs), batch.
-	s.oldMarks = "SELECT token FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND ORDER BY token LIMIT ?"
+	s.oldMarks = "SELECT token FROM " + n.txMarks + " WHERE created_at <= {{NOW}} - INTERVAL ? MICROSECOND AND token > ? ORDER BY token LIMIT ?"
 	// The marks a record still needs: processing under the mark's token,
 	// within retention (the takeover would find the mark; see Sweep).
 	s.heldMarks = "SELECT token FROM " + n.table + " WHERE status = 'processing' AND expires_at > {{NOW}} AND token IN ("

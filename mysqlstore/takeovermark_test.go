@@ -125,3 +125,42 @@ func TestSweepKeepsMarkOfProcessingRecord(t *testing.T) {
 		t.Errorf("%d commit marks after the record completed and a sweep, want 0", n)
 	}
 }
+
+// TestSweepPassesMarksStillNeeded: marks a processing record still needs
+// (TestSweepKeepsMarkOfProcessingRecord) must not keep Sweep from the
+// unneeded marks behind them. With a batch of one, the oldest mark is
+// needed; the next, whose record a retry completed, must still go.
+func TestSweepPassesMarksStillNeeded(t *testing.T) {
+	db := mysqlstoretest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	var reqs []storekit.ClaimRequest
+	for _, key := range []string{"held", "done"} { // "held" gets the smaller token
+		req := claimReq(key, time.Minute)
+		req.Retention = 7 * 24 * time.Hour
+		hctx, f := handlerCtx(t, s, req)
+		if err := book(hctx, req.Key, f.Token); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := Tx(hctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req) // the process dies here
+	}
+	later := openStore(t, db, withClockOffset(2*24*time.Hour))
+	if res, err := later.Claim(t.Context(), reqs[1]); err != nil || res.Claimed {
+		t.Fatalf("retry of done: %+v, %v; want completed from its mark", res, err)
+	}
+	for range 3 {
+		if _, err := later.Sweep(t.Context(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := markRows(t, db); n != 1 {
+		t.Errorf("%d commit marks after sweeps of one, want 1 (the one the processing record needs): a needed mark blocks the sweep", n)
+	}
+}
