@@ -43,8 +43,8 @@ type Store struct {
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
-	// inserts, calls: WithInsertFirst's claim statements of concurrent
-	// claims, gathered (claimbatch.go).
+	// inserts, calls: with WithClaimBatching, the bare inserts and the
+	// claim function's calls of concurrent claims, gathered (claimbatch.go).
 	inserts, calls claimBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
