@@ -88,20 +88,8 @@ func TestSweepKeepsMarkOfProcessingRecord(t *testing.T) {
 	db := mysqlstoretest.NewDB(t, "")
 	s := openStore(t, db)
 	ledgerTable(t, db)
-	req := claimReq("week", time.Minute)
-	req.Retention = 7 * 24 * time.Hour
-	hctx, f := handlerCtx(t, s, req)
-	if err := book(hctx, req.Key, f.Token); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := Tx(hctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	// The process dies here. Two days later, Sweep runs, then a retry.
+	req := committedThenDied(t, s, "week")
+	// Two days later, Sweep runs, then a retry.
 	later := openStore(t, db, withClockOffset(2*24*time.Hour))
 	if _, err := later.Sweep(t.Context(), 100); err != nil {
 		t.Fatal(err)
@@ -136,20 +124,7 @@ func TestSweepPassesMarksStillNeeded(t *testing.T) {
 	ledgerTable(t, db)
 	var reqs []storekit.ClaimRequest
 	for _, key := range []string{"held", "done"} { // "held" gets the smaller token
-		req := claimReq(key, time.Minute)
-		req.Retention = 7 * 24 * time.Hour
-		hctx, f := handlerCtx(t, s, req)
-		if err := book(hctx, req.Key, f.Token); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := Tx(hctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		reqs = append(reqs, req) // the process dies here
+		reqs = append(reqs, committedThenDied(t, s, key))
 	}
 	later := openStore(t, db, withClockOffset(2*24*time.Hour))
 	if res, err := later.Claim(t.Context(), reqs[1]); err != nil || res.Claimed {
@@ -163,4 +138,26 @@ func TestSweepPassesMarksStillNeeded(t *testing.T) {
 	if n := markRows(t, db); n != 1 {
 		t.Errorf("%d commit marks after sweeps of one, want 1 (the one the processing record needs): a needed mark blocks the sweep", n)
 	}
+}
+
+// committedThenDied claims key with a week's retention, books its ledger
+// row in the lease's Tx and commits that transaction itself; then the
+// process "dies": no Complete, the record stays processing. It returns
+// the request, for the retry.
+func committedThenDied(t *testing.T, s *Store, key string) storekit.ClaimRequest {
+	t.Helper()
+	req := claimReq(key, time.Minute)
+	req.Retention = 7 * 24 * time.Hour
+	hctx, f := handlerCtx(t, s, req)
+	if err := book(hctx, req.Key, f.Token); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := Tx(hctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return req
 }
