@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,18 +14,12 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// claimBatch (WithClaimBatching) gathers the claim statements of
-// concurrent claims into one statement, as PostgreSQL gathers commits into
-// one flush:
-// the bare inserts into one multi-row insert (sql claimNews), the claim
-// function's calls into one call per row (sql claimFns). A claim sends its
-// statement at once while fewer than claimBatchRunning of its kind are in
-// flight; otherwise it queues, and the next statement carries everything
-// queued (up to claimBatchMax). On a CPU-bound database most of a claim's
-// cost is per statement and per transaction, not per row (BENCHMARKS.md
-// §4.000000), so n claims in one statement cost far less than n
-// statements. A claim alone pays nothing; one that queues waits for at
-// most one statement in flight.
+// A claim's batcher (batch.go) for each kind of claim statement, with
+// WithClaimBatching: the bare inserts into one multi-row insert (sql
+// claimNews), the claim function's calls into one call per row (sql
+// claimFns). On a CPU-bound database most of a claim's cost is per
+// statement and per transaction, not per row (BENCHMARKS.md §4.000000), so
+// n claims in one statement cost far less than n statements.
 //
 // Each row is its own claim: the insert's ON CONFLICT DO NOTHING skips a
 // row whose key exists (its caller calls the function, as before), and
@@ -36,32 +29,14 @@ import (
 // they commit together, or fail together, and a failed statement sends
 // each of its claims again on its own, so one claim's error is never
 // another's.
-type claimBatch struct {
-	mu      sync.Mutex
-	queue   []*pendingClaim
-	running int
-	failed  int // statements that failed, their claims sent one by one
-	// send runs a statement for batch (two or more claims) and sets each
-	// claim's answer; alone runs one claim's own statement.
-	send  func(batch []*pendingClaim) error
-	alone func(p *pendingClaim)
-}
+type claimBatch = batcher[*pendingClaim]
 
-const (
-	// claimBatchRunning bounds the statements of a kind in flight.
-	claimBatchRunning = 1
-	// claimBatchMax bounds the rows of one statement.
-	claimBatchMax = 64
-)
-
-// pendingClaim is one claim and, once done is closed, its answer.
+// pendingClaim is one claim and, once answered, its answer.
 type pendingClaim struct {
-	ctx      context.Context
+	pendingBase
 	req      *storekit.ClaimRequest
-	done     chan struct{}
 	cr       claimRow
 	inserted bool // the insert created the record (claimNews)
-	err      error
 }
 
 func (s *Store) initBatches() {
@@ -74,7 +49,14 @@ func (s *Store) initBatches() {
 	s.calls = claimBatch{
 		send: s.callClaims,
 		alone: func(p *pendingClaim) {
+			p.cr, p.inserted = claimRow{}, false
 			p.cr, p.err = s.claimFn(p.ctx, p.req)
+		},
+	}
+	s.completes = completeBatch{
+		send: s.completeBatch,
+		alone: func(p *pendingComplete) {
+			p.waiters, p.err = s.completeAlone(p.ctx, p.f, p.deferred, p.args)
 		},
 	}
 }
@@ -85,7 +67,8 @@ func (s *Store) claimNewBatched(ctx context.Context, req *storekit.ClaimRequest)
 	if !s.cfg.batchClaims {
 		return s.claimNew(ctx, req)
 	}
-	p := s.inserts.claim(ctx, req)
+	p := &pendingClaim{req: req}
+	s.inserts.do(ctx, p)
 	return p.cr, p.inserted, p.err
 }
 
@@ -96,84 +79,9 @@ func (s *Store) claimFnBatched(ctx context.Context, req *storekit.ClaimRequest) 
 	if !s.cfg.batchClaims || !s.binaryClaim {
 		return s.claimFn(ctx, req)
 	}
-	p := s.calls.claim(ctx, req)
+	p := &pendingClaim{req: req}
+	s.calls.do(ctx, p)
 	return p.cr, p.err
-}
-
-// claim sends req's statement now, or queues it for the next one.
-func (b *claimBatch) claim(ctx context.Context, req *storekit.ClaimRequest) *pendingClaim {
-	p := &pendingClaim{ctx: ctx, req: req, done: make(chan struct{})}
-	b.mu.Lock()
-	if b.running < claimBatchRunning {
-		b.running++
-		b.mu.Unlock()
-		b.run([]*pendingClaim{p})
-		return p
-	}
-	b.queue = append(b.queue, p)
-	b.mu.Unlock()
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		if b.withdraw(p) {
-			p.err = ctx.Err()
-			return p
-		}
-		// Its statement is running: wait for the answer (bounded by the
-		// statement's deadline) rather than leave a claim nobody owns.
-		<-p.done
-	}
-	return p
-}
-
-// withdraw removes p from the queue; false if a statement already took it.
-func (b *claimBatch) withdraw(p *pendingClaim) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for i, q := range b.queue {
-		if q == p {
-			b.queue = slices.Delete(b.queue, i, i+1)
-			return true
-		}
-	}
-	return false
-}
-
-// run sends batch's statement, answers each claim, and then hands what
-// queued meanwhile to a new statement (its own goroutine: the caller's
-// request must not wait for other requests' claims) or, with nothing
-// queued, frees the running slot.
-func (b *claimBatch) run(batch []*pendingClaim) {
-	if len(batch) == 1 {
-		b.alone(batch[0])
-	} else if err := b.send(batch); err != nil {
-		// Each on its own: one claim's bad row must not fail the others.
-		// A statement that failed after its commit leaves rows the
-		// retries find existing, as any claim whose answer was lost.
-		b.mu.Lock()
-		b.failed++
-		b.mu.Unlock()
-		var wg sync.WaitGroup
-		for _, p := range batch {
-			p.cr, p.inserted, p.err = claimRow{}, false, nil
-			wg.Go(func() { b.alone(p) })
-		}
-		wg.Wait()
-	}
-	for _, p := range batch {
-		close(p.done)
-	}
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.running--
-		b.mu.Unlock()
-		return
-	}
-	n := min(len(b.queue), claimBatchMax)
-	next := slices.Clone(b.queue[:n])
-	b.queue = slices.Delete(b.queue, 0, n)
-	b.mu.Unlock()
-	go b.run(next)
 }
 
 // batchArgs sorts batch by (scope, key) and returns the statement's

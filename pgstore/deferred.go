@@ -89,24 +89,11 @@ func readDeferred(br pgx.BatchResults, n int) error {
 	return nil
 }
 
-// completeDeferred sends the deferred statements and the fenced complete in
-// one pipeline on a pool connection: statements pipelined up to one Sync
-// run in one implicit transaction, so they commit together, or not at all
-// (completeTx raises when the fence matches nothing). No BEGIN or COMMIT is
-// needed.
-func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []deferredStmt, args []any) error {
-	waiters, err := s.sendDeferred(ctx, deferred, args)
-	if err != nil {
-		return s.completeFailed(ctx, f, err, true)
-	}
-	if waiters {
-		s.notify(ctx, f.Scope, f.Key)
-	}
-	return nil
-}
-
-// sendDeferred sends the deferred statements and the fenced complete (see
-// completeDeferred) and reads their results.
+// sendDeferred sends the deferred statements and the fenced complete in
+// one pipeline on a pool connection, and reads their results: statements
+// pipelined up to one Sync run in one implicit transaction, so they commit
+// together, or not at all (completeTx raises when the fence matches
+// nothing). No BEGIN or COMMIT is needed.
 func (s *Store) sendDeferred(ctx context.Context, deferred []deferredStmt, args []any) (waiters bool, err error) {
 	b := &pgx.Batch{}
 	queueDeferred(b, deferred)

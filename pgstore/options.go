@@ -52,6 +52,9 @@ type config struct {
 	optimisticClaim bool
 	// batchClaims: concurrent claims share statements (claimbatch.go).
 	batchClaims bool
+	// batchCompletes: concurrent completes share a transaction
+	// (completebatch.go).
+	batchCompletes bool
 	listen      listenConfig // listen.go
 	// transactional: claims and heartbeats commit without waiting for
 	// their WAL flush (WithTransactional).
@@ -204,6 +207,27 @@ func WithOptimisticClaim() Option { return WithInsertFirst() }
 // Default: off (every claim sends its own statement).
 func WithClaimBatching() Option {
 	return optionFunc(func(c *config) { c.batchClaims = true })
+}
+
+// WithCompleteBatching makes concurrent completes without a Tx share one
+// round trip and one transaction: while a complete is in flight, the
+// completes that arrive queue, and the next pipeline carries them all,
+// each request's Defer statements followed by its fenced complete. A
+// request's writes and its response still commit together or not at all;
+// a batch PostgreSQL refuses (one request's constraint, a lost lease) is
+// sent again request by request, so one request's error is never
+// another's. Completes of requests that began a Tx are never batched.
+//
+// Deferred statements of concurrent requests may so run in one
+// transaction: they must not rely on transaction-scoped state (SET LOCAL,
+// advisory transaction locks, now() as the request's own time).
+//
+// Like WithClaimBatching it trades latency for database CPU, and is worth
+// it only where the database is near and CPU-bound (BENCHMARKS.md).
+//
+// Default: off (every complete sends its own pipeline).
+func WithCompleteBatching() Option {
+	return optionFunc(func(c *config) { c.batchCompletes = true })
 }
 
 // WithTransactional declares that the store runs in transactional mode:

@@ -46,6 +46,9 @@ type Store struct {
 	// inserts, calls: with WithClaimBatching, the bare inserts and the
 	// claim function's calls of concurrent claims, gathered (claimbatch.go).
 	inserts, calls claimBatch
+	// completes: with WithCompleteBatching, the completes of concurrent
+	// requests without a Tx, gathered (completebatch.go).
+	completes completeBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.
@@ -401,20 +404,7 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 	if t != nil {
 		return s.completeInTx(ctx, t, f, deferred, args)
 	}
-	if len(deferred) > 0 {
-		return s.completeDeferred(ctx, f, deferred, args)
-	}
-	matched, waiters, err := fenced(ctx, s.pool, s.sql.complete, args...)
-	if err != nil {
-		return wrap(ctx, op, err)
-	}
-	if !matched {
-		return fmt.Errorf("pgstore: complete: %w", core.ErrLeaseLost)
-	}
-	if waiters {
-		s.notify(ctx, f.Scope, f.Key)
-	}
-	return nil
+	return s.completeOutside(ctx, f, deferred, args)
 }
 
 // completeArgs are the arguments of the complete statements ($1–$7). The

@@ -1,0 +1,126 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// batcher gathers the statements of concurrent requests into one, as
+// PostgreSQL gathers commits into one flush (WithClaimBatching, claimbatch.go;
+// WithCompleteBatching, completebatch.go). A request sends its statement at
+// once while fewer than batchRunning of its kind are in flight; otherwise
+// it queues, and the next statement carries everything queued (up to
+// batchMax). A request alone pays nothing; one that queues waits for at
+// most one statement in flight.
+type batcher[P batchItem] struct {
+	mu      sync.Mutex
+	queue   []P
+	running int
+	failed  int // statements that failed, their requests sent one by one
+	// send runs one statement for batch (two or more requests) and sets
+	// each one's answer; an error sends each again alone. alone runs one
+	// request's own statement.
+	send  func(batch []P) error
+	alone func(p P)
+}
+
+const (
+	// batchRunning bounds the statements of a kind in flight.
+	batchRunning = 1
+	// batchMax bounds the requests of one statement.
+	batchMax = 64
+)
+
+// batchItem is a request of a batcher: a pointer to a struct embedding
+// pendingBase.
+type batchItem interface{ base() *pendingBase }
+
+// pendingBase is what every batched request has: its context, its error,
+// and done, closed once it is answered.
+type pendingBase struct {
+	ctx  context.Context
+	err  error
+	done chan struct{}
+}
+
+func (p *pendingBase) base() *pendingBase { return p }
+
+// do sends p's statement now, or queues p for the next one, and returns
+// once p is answered: true; false when ctx withdrew p from the queue
+// before a statement took it (p's error is then ctx's).
+func (b *batcher[P]) do(ctx context.Context, p P) bool {
+	pb := p.base()
+	pb.ctx, pb.done = ctx, make(chan struct{})
+	b.mu.Lock()
+	if b.running < batchRunning {
+		b.running++
+		b.mu.Unlock()
+		b.run([]P{p})
+		return true
+	}
+	b.queue = append(b.queue, p)
+	b.mu.Unlock()
+	select {
+	case <-pb.done:
+	case <-ctx.Done():
+		if b.withdraw(p) {
+			pb.err = ctx.Err()
+			return false
+		}
+		// Its statement is running: wait for the answer (bounded by the
+		// statement's deadline) rather than leave a request half done.
+		<-pb.done
+	}
+	return true
+}
+
+// withdraw removes p from the queue; false if a statement already took it.
+func (b *batcher[P]) withdraw(p P) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, q := range b.queue {
+		if q.base() == p.base() {
+			b.queue = slices.Delete(b.queue, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// run sends batch's statement, answers each request, and then hands what
+// queued meanwhile to a new statement (its own goroutine: the caller's
+// request must not wait for other requests) or, with nothing queued, frees
+// the running slot.
+func (b *batcher[P]) run(batch []P) {
+	if len(batch) == 1 {
+		b.alone(batch[0])
+	} else if err := b.send(batch); err != nil {
+		// Each on its own: one request's bad row must not fail the
+		// others. A statement that failed after its commit leaves rows the
+		// retries find existing, as any statement whose answer was lost.
+		b.mu.Lock()
+		b.failed++
+		b.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, p := range batch {
+			p.base().err = nil
+			wg.Go(func() { b.alone(p) })
+		}
+		wg.Wait()
+	}
+	for _, p := range batch {
+		close(p.base().done)
+	}
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.running--
+		b.mu.Unlock()
+		return
+	}
+	n := min(len(b.queue), batchMax)
+	next := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.mu.Unlock()
+	go b.run(next)
+}
