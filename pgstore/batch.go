@@ -4,11 +4,12 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // batcher gathers the statements of concurrent requests into one, as
-// PostgreSQL gathers commits into one flush (WithClaimBatching, claimbatch.go;
-// WithCompleteBatching, completebatch.go). A request sends its statement at
+// PostgreSQL gathers commits into one flush (WithBatching: claimbatch.go,
+// completebatch.go, stepbatch.go). A request sends its statement at
 // once while fewer than batchRunning of its kind are in flight; otherwise
 // it queues, and the next statement carries everything queued (up to
 // batchMax). A request alone pays nothing; one that queues waits for at
@@ -123,4 +124,22 @@ func (b *batcher[P]) run(batch []P) {
 	b.queue = slices.Delete(b.queue, 0, n)
 	b.mu.Unlock()
 	go b.run(next)
+}
+
+// batchContext is a batch's context: none of its requests' cancellations,
+// and the latest of their deadlines (each request waits for its answer;
+// none is left with a statement it cannot know the end of).
+func batchContext[P batchItem](batch []P) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].base().ctx)
+	var latest time.Time
+	for _, p := range batch {
+		d, ok := p.base().ctx.Deadline()
+		if !ok {
+			return context.WithCancel(ctx)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(ctx, latest)
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // A claim's batcher (batch.go) for each kind of claim statement, with
-// WithClaimBatching: the bare inserts into one multi-row insert (sql
+// WithBatching: the bare inserts into one multi-row insert (sql
 // claimNews), the claim function's calls into one call per row (sql
 // claimFns). On a CPU-bound database most of a claim's cost is per
 // statement and per transaction, not per row (BENCHMARKS.md §4.000000), so
@@ -53,6 +53,12 @@ func (s *Store) initBatches() {
 			p.cr, p.err = s.claimFn(p.ctx, p.req)
 		},
 	}
+	s.stepSaves = stepBatch{
+		send: s.saveSteps,
+		alone: func(p *pendingStep) {
+			p.matched, p.err = s.saveStepAlone(p.ctx, p.f, p.name, p.result)
+		},
+	}
 	s.completes = completeBatch{
 		send: s.completeBatch,
 		alone: func(p *pendingComplete) {
@@ -64,7 +70,7 @@ func (s *Store) initBatches() {
 // claimNewBatched is claimNew, batched with concurrent claims when the
 // store batches claims.
 func (s *Store) claimNewBatched(ctx context.Context, req *storekit.ClaimRequest) (claimRow, bool, error) {
-	if !s.cfg.batchClaims {
+	if !s.cfg.batching {
 		return s.claimNew(ctx, req)
 	}
 	p := &pendingClaim{req: req}
@@ -76,7 +82,7 @@ func (s *Store) claimNewBatched(ctx context.Context, req *storekit.ClaimRequest)
 // batches claims and its pool gets binary results (the text form stays one
 // call per statement).
 func (s *Store) claimFnBatched(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
-	if !s.cfg.batchClaims || !s.binaryClaim {
+	if !s.cfg.batching || !s.binaryClaim {
 		return s.claimFn(ctx, req)
 	}
 	p := &pendingClaim{req: req}

@@ -46,7 +46,7 @@ func TestClaimBatch(t *testing.T) {
 				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
 			}
 			pool := pgstoretest.NewPool(t, cfg)
-			s := newStore(t, pool, append([]Option{WithInsertFirst(), WithClaimBatching()}, v.opts...)...)
+			s := newStore(t, pool, append([]Option{WithInsertFirst(), WithBatching()}, v.opts...)...)
 			ctx := t.Context()
 
 			// A completed key, so that the batch also carries a replay.
@@ -114,12 +114,12 @@ func TestClaimBatchCalls(t *testing.T) {
 	for _, m := range modes {
 		for _, kind := range []string{"", "/transactional", "/function_only"} {
 			name := m.name + kind
-			opts := append([]Option{WithInsertFirst(), WithClaimBatching()}, m.opts...)
+			opts := append([]Option{WithInsertFirst(), WithBatching()}, m.opts...)
 			switch kind {
 			case "/transactional":
 				opts = append(opts, WithTransactional())
 			case "/function_only": // without WithInsertFirst: every claim calls the function
-				opts = append([]Option{WithClaimBatching()}, m.opts...)
+				opts = append([]Option{WithBatching()}, m.opts...)
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -217,7 +217,7 @@ func TestClaimBatchIsolation(t *testing.T) {
 	cfg.MaxConns = 8
 	cfg.ConnConfig.Tracer = tr
 	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithInsertFirst(), WithClaimBatching())
+	s := newStore(t, pool, WithInsertFirst(), WithBatching())
 	ctx := t.Context()
 
 	keys := []string{"a1", "bad\x00key", "a2"}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,7 +12,7 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// completeBatch (WithCompleteBatching) gathers the completes of concurrent
+// completeBatch (WithBatching) gathers the completes of concurrent
 // requests that have no Tx into one pipeline, and so into one implicit
 // transaction: each request's deferred statements, then its fenced
 // complete (completeTx, which raises when its fence matches nothing), one
@@ -49,7 +48,7 @@ func (s *Store) completeOutside(ctx context.Context, f storekit.Fence, deferred 
 		waiters bool
 		err     error
 	)
-	if s.cfg.batchCompletes {
+	if s.cfg.batching {
 		p := &pendingComplete{f: f, deferred: deferred, args: args}
 		if !s.completes.do(ctx, p) {
 			// Withdrawn before it was sent: as a complete whose
@@ -95,7 +94,7 @@ func (s *Store) completeBatch(batch []*pendingComplete) error {
 	slices.SortStableFunc(batch, func(a, b *pendingComplete) int {
 		return cmp.Or(cmp.Compare(a.f.Scope, b.f.Scope), cmp.Compare(a.f.Key, b.f.Key))
 	})
-	ctx, cancel := completesContext(batch)
+	ctx, cancel := batchContext(batch)
 	defer cancel()
 	b := &pgx.Batch{}
 	for _, p := range batch {
@@ -116,22 +115,4 @@ func (s *Store) completeBatch(batch []*pendingComplete) error {
 		err = cerr
 	}
 	return err
-}
-
-// completesContext is a batch's context: none of the requests'
-// cancellations, and the latest of their deadlines (each request waits for
-// its answer; none is left with a statement it cannot know the end of).
-func completesContext(batch []*pendingComplete) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(batch[0].ctx)
-	var latest time.Time
-	for _, p := range batch {
-		d, ok := p.ctx.Deadline()
-		if !ok {
-			return context.WithCancel(ctx)
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(ctx, latest)
 }

@@ -123,7 +123,7 @@ func TestCompleteBatch(t *testing.T) {
 				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
 			}
 			pool := pgstoretest.NewPool(t, cfg)
-			s := newStore(t, pool, append([]Option{WithCompleteBatching()}, v.opts...)...)
+			s := newStore(t, pool, append([]Option{WithBatching()}, v.opts...)...)
 			table := ledger(t, s)
 			ctx := t.Context()
 
@@ -197,7 +197,7 @@ func TestCompleteBatchIsolation(t *testing.T) {
 	cfg.MaxConns = 8
 	cfg.ConnConfig.Tracer = tr
 	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithCompleteBatching())
+	s := newStore(t, pool, WithBatching())
 	table := ledger(t, s)
 	ctx := t.Context()
 
@@ -301,7 +301,7 @@ func TestCompleteBatchConnectionKilled(t *testing.T) {
 	cfg.MaxConns = 8
 	cfg.ConnConfig.Tracer = tr
 	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithCompleteBatching())
+	s := newStore(t, pool, WithBatching())
 	table := ledger(t, s)
 	ctx := t.Context()
 

@@ -15,7 +15,7 @@ import (
 //
 //   - optimistic: WithInsertFirst (a bare insert first, the claim
 //     function only for an existing key);
-//   - batching: the same with WithClaimBatching and WithCompleteBatching
+//   - batching: the same with WithBatching
 //     (concurrent claims and completes share statements);
 //   - exec and simple_protocol: pools configured the ways the README
 //     suggests behind PgBouncer in transaction mode, without prepared
@@ -36,7 +36,7 @@ func TestConformance(t *testing.T) {
 		variants = append(variants,
 			variant{m.name, 0, m.opts},
 			variant{m.name + "/optimistic", 0, append([]Option{WithInsertFirst()}, m.opts...)},
-			variant{m.name + "/batching", 0, append([]Option{WithInsertFirst(), WithClaimBatching(), WithCompleteBatching()}, m.opts...)},
+			variant{m.name + "/batching", 0, append([]Option{WithInsertFirst(), WithBatching()}, m.opts...)},
 			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
 			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
 			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},

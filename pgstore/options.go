@@ -50,12 +50,10 @@ type config struct {
 	txIdle      time.Duration
 	// optimisticClaim: bare INSERT first, the claim function on a conflict.
 	optimisticClaim bool
-	// batchClaims: concurrent claims share statements (claimbatch.go).
-	batchClaims bool
-	// batchCompletes: concurrent completes share a transaction
-	// (completebatch.go).
-	batchCompletes bool
-	listen      listenConfig // listen.go
+	// batching: concurrent claims, completes and steps share statements
+	// (batch.go).
+	batching bool
+	listen   listenConfig // listen.go
 	// transactional: claims and heartbeats commit without waiting for
 	// their WAL flush (WithTransactional).
 	transactional bool
@@ -189,45 +187,41 @@ func WithInsertFirst() Option {
 // WithOptimisticClaim will be removed in the next release.
 func WithOptimisticClaim() Option { return WithInsertFirst() }
 
-// WithClaimBatching makes concurrent claims share statements: while a
-// claim statement is in flight, the claims that arrive queue, and the next
-// statement carries them all, one row each (the claim function called
-// once per row; with WithInsertFirst, its bare inserts as one multi-row
-// insert). Each row is its own claim, with the answer its own statement
-// would give; the rows commit together, and a statement that fails is
-// sent again claim by claim.
+// WithBatching makes concurrent requests share statements, as PostgreSQL
+// shares one WAL flush among concurrent commits. While a statement of a
+// kind is in flight, the requests that arrive queue, and the next
+// statement carries them all:
 //
-// It trades latency for database CPU: a claim that queues waits for the
-// statement in flight. Worth it where the database is CPU-bound and near
-// (on the same host, or a busy primary): there it cut PostgreSQL's CPU per
-// first execution by about a fifth. Where each round trip costs time (a
-// database across a network) it makes claims slower; BENCHMARKS.md
-// §4.000000 has both.
+//   - claims: the claim function called once per row (and, with
+//     WithInsertFirst, the bare inserts as one multi-row insert), each row
+//     its own claim;
+//   - completes of requests without a Tx: one pipeline, one transaction,
+//     each request's Defer statements followed by its fenced complete;
+//   - SaveStep: one pipeline, one synchronous commit, each step fenced.
 //
-// Default: off (every claim sends its own statement).
-func WithClaimBatching() Option {
-	return optionFunc(func(c *config) { c.batchClaims = true })
-}
-
-// WithCompleteBatching makes concurrent completes without a Tx share one
-// round trip and one transaction: while a complete is in flight, the
-// completes that arrive queue, and the next pipeline carries them all,
-// each request's Defer statements followed by its fenced complete. A
-// request's writes and its response still commit together or not at all;
-// a batch PostgreSQL refuses (one request's constraint, a lost lease) is
-// sent again request by request, so one request's error is never
-// another's. Completes of requests that began a Tx are never batched.
+// Each request gets the answer its own statement would have got, and its
+// writes commit with its response or not at all. A shared statement that
+// fails is sent again request by request, so one request's error (a
+// constraint, a lost lease) is never another's; after a failure that hid a
+// commit, the fences make the resent statements match nothing, so nothing
+// runs twice. Requests that began a Tx complete in their own transaction,
+// never batched.
 //
 // Deferred statements of concurrent requests may so run in one
-// transaction: they must not rely on transaction-scoped state (SET LOCAL,
-// advisory transaction locks, now() as the request's own time).
+// transaction: with WithBatching they must not rely on transaction-scoped
+// state (SET LOCAL, advisory transaction locks, now() as the request's own
+// time).
 //
-// Like WithClaimBatching it trades latency for database CPU, and is worth
-// it only where the database is near and CPU-bound (BENCHMARKS.md).
+// It trades latency for database CPU: a request that queues waits for
+// the statement in flight. Worth it where the database is CPU-bound and
+// near (on the same host, or a busy primary): there it cut PostgreSQL's CPU
+// per first execution by about half, and raised throughput by a fifth.
+// Where each round trip costs time (a database across a network) it makes
+// requests slower; BENCHMARKS.md §4.0000000 has both.
 //
-// Default: off (every complete sends its own pipeline).
-func WithCompleteBatching() Option {
-	return optionFunc(func(c *config) { c.batchCompletes = true })
+// Default: off (every request sends its own statements).
+func WithBatching() Option {
+	return optionFunc(func(c *config) { c.batching = true })
 }
 
 // WithTransactional declares that the store runs in transactional mode:

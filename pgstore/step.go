@@ -73,11 +73,11 @@ func (s *Store) SaveStep(ctx context.Context, f storekit.Fence, name string, res
 	if result == nil {
 		result = []byte{} // the column is NOT NULL; nil and empty read back alike
 	}
-	tag, err := s.pool.Exec(ctx, s.steps.save, f.Scope, f.Key, f.Token, name, result)
+	matched, err := s.saveStep(ctx, f, name, result)
 	if err != nil {
 		return wrap(ctx, op, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !matched {
 		return fmt.Errorf("pgstore: save step: %w", core.ErrLeaseLost)
 	}
 	return nil

@@ -43,12 +43,13 @@ type Store struct {
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
-	// inserts, calls: with WithClaimBatching, the bare inserts and the
-	// claim function's calls of concurrent claims, gathered (claimbatch.go).
+	// With WithBatching (batch.go), the statements of concurrent
+	// requests, gathered: the bare inserts and the claim function's calls
+	// (claimbatch.go), the completes of requests without a Tx
+	// (completebatch.go), the steps (stepbatch.go).
 	inserts, calls claimBatch
-	// completes: with WithCompleteBatching, the completes of concurrent
-	// requests without a Tx, gathered (completebatch.go).
-	completes completeBatch
+	completes      completeBatch
+	stepSaves      stepBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.

@@ -44,10 +44,11 @@
 //	                            charge and the booking the provider is called
 //	                            again with the same relayed key (its own
 //	                            deduplication is then the only wall)
-//	-claim-batching             concurrent claims share statements
-//	                            (pgstore.WithClaimBatching): less PostgreSQL
-//	                            CPU where the database is near and busy, slower
-//	                            claims where it is a network hop away
+//	-batching                   concurrent requests share claim, complete and
+//	                            step statements (pgstore.WithBatching): less
+//	                            PostgreSQL CPU where the database is near and
+//	                            busy, slower requests where it is a network hop
+//	                            away
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
@@ -132,23 +133,22 @@ type app struct {
 }
 
 type config struct {
-	addr             string
-	framework        string
-	dsn              string
-	providerURL      string
-	providerLatency  time.Duration
-	bookLatency      time.Duration
-	steps            bool // the charge is a recovery point (core.Step)
-	claimBatching    bool // pgstore.WithClaimBatching
-	completeBatching bool // pgstore.WithCompleteBatching
-	lease            time.Duration
-	wait             time.Duration
-	retention        time.Duration
-	metrics          bool
-	txPooler         bool   // -dsn goes through a transaction pooler (PgBouncer)
-	listenDSN        string // direct connection for wait mode's LISTEN
-	logFormat        string
-	cpuProfile       string // -cpuprofile: pprof CPU profile of the whole run
+	addr            string
+	framework       string
+	dsn             string
+	providerURL     string
+	providerLatency time.Duration
+	bookLatency     time.Duration
+	steps           bool // the charge is a recovery point (core.Step)
+	batching        bool // pgstore.WithBatching
+	lease           time.Duration
+	wait            time.Duration
+	retention       time.Duration
+	metrics         bool
+	txPooler        bool   // -dsn goes through a transaction pooler (PgBouncer)
+	listenDSN       string // direct connection for wait mode's LISTEN
+	logFormat       string
+	cpuProfile      string // -cpuprofile: pprof CPU profile of the whole run
 }
 
 const (
@@ -208,8 +208,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
 	fs.BoolVar(&cfg.steps, "steps", true, "keep the provider charge as a recovery point (core.Step); false: a plain call, one commit less, no recovery point")
-	fs.BoolVar(&cfg.completeBatching, "complete-batching", false, "PostgreSQL: concurrent completes share a transaction (pgstore.WithCompleteBatching): less database CPU when it is near and busy, slower completes across a network")
-	fs.BoolVar(&cfg.claimBatching, "claim-batching", false, "PostgreSQL: concurrent claims share statements (pgstore.WithClaimBatching): less database CPU when it is near and busy, slower claims across a network")
+	fs.BoolVar(&cfg.batching, "batching", false, "PostgreSQL: concurrent requests share claim, complete and step statements (pgstore.WithBatching): less database CPU when it is near and busy, slower requests across a network")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
 	fs.BoolVar(&cfg.txPooler, "tx-pooler", false, "-dsn goes through a transaction pooler (PgBouncer pool_mode=transaction): wait mode LISTENs on -listen-dsn, or polls")
@@ -412,11 +411,8 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 		pgstore.WithInsertFirst(),
 		pgstore.WithLogger(log),
 	}
-	if cfg.claimBatching {
-		opts = append(opts, pgstore.WithClaimBatching())
-	}
-	if cfg.completeBatching {
-		opts = append(opts, pgstore.WithCompleteBatching())
+	if cfg.batching {
+		opts = append(opts, pgstore.WithBatching())
 	}
 	if cfg.txPooler {
 		opts = append(opts, pgstore.WithTransactionPooler(), pgstore.WithTxIdleTimeout(txIdle))

@@ -21,7 +21,7 @@ func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) 
 	mix.batching = batching
 	setup.opts = append(setup.opts, pgstore.WithInsertFirst())
 	if batching {
-		setup.opts = append(setup.opts, pgstore.WithClaimBatching(), pgstore.WithCompleteBatching())
+		setup.opts = append(setup.opts, pgstore.WithBatching(), pgstore.WithBatching())
 	}
 	setup.tracer = mix
 	envs, store := pgStore(t, setup)
@@ -32,16 +32,16 @@ func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) 
 	return sum
 }
 
-// TestPgstoreInsertFirst: WithInsertFirst with WithClaimBatching and
-// WithCompleteBatching (concurrent claims and completes, the history's and
+// TestPgstoreInsertFirst: WithInsertFirst with WithBatching and
+// WithBatching (concurrent claims and completes, the history's and
 // the other scope's, share statements).
 func TestPgstoreInsertFirst(t *testing.T) {
 	t.Parallel()
 	pgMixRun(t, "pgstore-insert-first", 20, pgSetup{}, true)
 }
 
-// TestPgstoreInsertFirstTransactional: WithInsertFirst, WithClaimBatching,
-// WithCompleteBatching and WithTransactional (the bare insert commits asynchronously too), every
+// TestPgstoreInsertFirstTransactional: WithInsertFirst, WithBatching,
+// WithBatching and WithTransactional (the bare insert commits asynchronously too), every
 // ledger row queued with pgstore.Defer.
 func TestPgstoreInsertFirstTransactional(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,104 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/pgstore/pgstoretest"
+)
+
+// TestStepBatch: SaveSteps that queue behind one in flight (a SHARE lock
+// on the steps table holds it) travel in one pipeline, and each gets its
+// own answer: saved and loadable, or ErrLeaseLost for the one whose lease
+// was taken over, without failing the others.
+func TestStepBatch(t *testing.T) {
+	t.Parallel()
+	tr := &countingTracer{}
+	cfg := pgstoretest.Config(t)
+	cfg.MaxConns = 8
+	cfg.ConnConfig.Tracer = tr
+	pool := pgstoretest.NewPool(t, cfg)
+	s := newStore(t, pool, WithBatching())
+	ctx := t.Context()
+
+	keys := []string{"s3", "stale", "s1", "s2"}
+	fences := make([]storekit.Fence, len(keys))
+	for i, k := range keys {
+		lease := time.Minute
+		if k == "stale" {
+			lease = 300 * time.Millisecond
+		}
+		req := claimReq(k, lease)
+		_, fences[i] = mustClaim(t, s, req)
+		if k == "stale" {
+			waitLapsed(t, s, req, fences[i])
+			if res, err := s.Claim(ctx, claimReq(k, time.Minute)); err != nil || !res.Claimed {
+				t.Fatalf("takeover: %+v, %v", res, err)
+			}
+		}
+	}
+	_, warm := mustClaim(t, s, claimReq("warm", time.Minute))
+
+	lock, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := lock.Exec(ctx, "LOCK TABLE "+stepsTable(s.cfg)+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	tr.reset()
+	b := &s.stepSaves
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.SaveStep(ctx, warm, "charge", []byte("w")); err != nil {
+			t.Errorf("warm-up step: %v", err)
+		}
+	})
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running == 1 })
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		wg.Go(func() { errs[i] = s.SaveStep(ctx, fences[i], "charge", []byte("r "+k)) })
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == len(keys) })
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	sqls, _ := tr.snapshot()
+	batches, marker := 0, short(s.steps.save)
+	for _, q := range sqls {
+		if strings.HasPrefix(q, "batch: ") && strings.Count(q, marker) == len(keys) {
+			batches++
+		}
+	}
+	if batches != 1 {
+		t.Errorf("%d pipelines carried the %d queued steps, want 1; statements: %q", batches, len(keys), sqls)
+	}
+	if n := takeFailed(b); n != 0 {
+		t.Errorf("%d batch statements failed, want 0", n)
+	}
+	for i, k := range keys {
+		if k == "stale" {
+			if !errors.Is(errs[i], core.ErrLeaseLost) {
+				t.Errorf("stale owner's step: %v, want ErrLeaseLost", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Errorf("step %s beside a stale one: %v", k, errs[i])
+			continue
+		}
+		got, err := s.LoadSteps(ctx, fences[i])
+		if err != nil || string(got["charge"]) != "r "+k {
+			t.Errorf("steps of %s = %q, %v; want its own result", k, got, err)
+		}
+	}
+}
