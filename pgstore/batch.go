@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -19,9 +20,9 @@ type batcher[P batchItem] struct {
 	queue   []P
 	running int
 	failed  int // statements that failed, their requests sent one by one
-	// send runs one statement for batch (two or more requests) and sets
-	// each one's answer; an error sends each again alone. alone runs one
-	// request's own statement.
+	// send runs one statement for batch (two or more requests, sorted by
+	// (scope, key)) and sets each one's answer; an error sends each again
+	// alone. alone runs one request's own statement.
 	send  func(batch []P) error
 	alone func(p P)
 }
@@ -37,12 +38,14 @@ const (
 // pendingBase.
 type batchItem interface{ base() *pendingBase }
 
-// pendingBase is what every batched request has: its context, its error,
-// and done, closed once it is answered.
+// pendingBase is what every batched request has: its record's scope and
+// key (a batch is sent in their order), its context, its error, and done,
+// closed once it is answered.
 type pendingBase struct {
-	ctx  context.Context
-	err  error
-	done chan struct{}
+	scope, key string
+	ctx        context.Context
+	err        error
+	done       chan struct{}
 }
 
 func (p *pendingBase) base() *pendingBase { return p }
@@ -96,7 +99,7 @@ func (b *batcher[P]) withdraw(p P) bool {
 func (b *batcher[P]) run(batch []P) {
 	if len(batch) == 1 {
 		b.alone(batch[0])
-	} else if err := b.send(batch); err != nil {
+	} else if err := b.send(sortByKey(batch)); err != nil {
 		// Each on its own: one request's bad row must not fail the
 		// others. A statement that failed after its commit leaves rows the
 		// retries find existing, as any statement whose answer was lost.
@@ -124,6 +127,16 @@ func (b *batcher[P]) run(batch []P) {
 	b.queue = slices.Delete(b.queue, 0, n)
 	b.mu.Unlock()
 	go b.run(next)
+}
+
+// sortByKey sorts batch by (scope, key), the order send gets it in: two
+// statements take their row locks in one order and cannot deadlock.
+func sortByKey[P batchItem](batch []P) []P {
+	slices.SortStableFunc(batch, func(a, b P) int {
+		x, y := a.base(), b.base()
+		return cmp.Or(cmp.Compare(x.scope, y.scope), cmp.Compare(x.key, y.key))
+	})
+	return batch
 }
 
 // batchContext is a batch's context: none of its requests' cancellations,

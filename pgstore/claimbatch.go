@@ -73,7 +73,7 @@ func (s *Store) claimNewBatched(ctx context.Context, req *storekit.ClaimRequest)
 	if !s.cfg.batching {
 		return s.claimNew(ctx, req)
 	}
-	p := &pendingClaim{req: req}
+	p := &pendingClaim{pendingBase: pendingBase{scope: req.Scope, key: req.Key}, req: req}
 	s.inserts.do(ctx, p)
 	return p.cr, p.inserted, p.err
 }
@@ -85,19 +85,15 @@ func (s *Store) claimFnBatched(ctx context.Context, req *storekit.ClaimRequest) 
 	if !s.cfg.batching || !s.binaryClaim {
 		return s.claimFn(ctx, req)
 	}
-	p := &pendingClaim{req: req}
+	p := &pendingClaim{pendingBase: pendingBase{scope: req.Scope, key: req.Key}, req: req}
 	s.calls.do(ctx, p)
 	return p.cr, p.err
 }
 
-// batchArgs sorts batch by (scope, key) and returns the statement's
-// arrays and context: it runs under none of the requests' cancellations,
-// only under the shortest lease as its deadline (a claim that takes longer
-// has lapsed anyway).
+// batchArgs returns the statement's arrays and context: it runs under none
+// of the requests' cancellations, only under the shortest lease as its
+// deadline (a claim that takes longer has lapsed anyway).
 func batchArgs(batch []*pendingClaim) (context.Context, context.CancelFunc, []any) {
-	slices.SortStableFunc(batch, func(a, b *pendingClaim) int {
-		return cmp.Or(cmp.Compare(a.req.Scope, b.req.Scope), cmp.Compare(a.req.Key, b.req.Key))
-	})
 	var (
 		n                                     = len(batch)
 		scopes, keys, methods, routes, prints = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)

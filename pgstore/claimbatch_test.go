@@ -22,31 +22,10 @@ import (
 // and once the lock goes they must travel in one statement and each get
 // the answer a claim of its own would have got.
 func TestClaimBatch(t *testing.T) {
-	type variant struct {
-		name     string
-		execMode pgx.QueryExecMode
-		opts     []Option
-	}
-	var variants []variant
-	for _, m := range modes {
-		variants = append(variants,
-			variant{m.name, 0, m.opts},
-			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},
-			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
-		)
-	}
-	for _, v := range variants {
+	for _, v := range batchVariants() {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			tr := &countingTracer{}
-			cfg := pgstoretest.Config(t)
-			cfg.MaxConns = 8
-			cfg.ConnConfig.Tracer = tr
-			if v.execMode != 0 {
-				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
-			}
-			pool := pgstoretest.NewPool(t, cfg)
-			s := newStore(t, pool, append([]Option{WithInsertFirst(), WithBatching()}, v.opts...)...)
+			s, tr := tracedStore(t, v.execMode, append([]Option{WithInsertFirst(), WithBatching()}, v.opts...)...)
 			ctx := t.Context()
 
 			// A completed key, so that the batch also carries a replay.
@@ -123,12 +102,7 @@ func TestClaimBatchCalls(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				tr := &countingTracer{}
-				cfg := pgstoretest.Config(t)
-				cfg.MaxConns = 8
-				cfg.ConnConfig.Tracer = tr
-				pool := pgstoretest.NewPool(t, cfg)
-				s := newStore(t, pool, opts...)
+				s, tr := tracedStore(t, 0, opts...)
 				ctx := t.Context()
 				end := func(key string, fail bool) int64 {
 					t.Helper()
@@ -212,12 +186,7 @@ func TestClaimBatchCalls(t *testing.T) {
 // queues leaves the queue and creates nothing.
 func TestClaimBatchIsolation(t *testing.T) {
 	t.Parallel()
-	tr := &countingTracer{}
-	cfg := pgstoretest.Config(t)
-	cfg.MaxConns = 8
-	cfg.ConnConfig.Tracer = tr
-	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithInsertFirst(), WithBatching())
+	s, tr := tracedStore(t, 0, WithInsertFirst(), WithBatching())
 	ctx := t.Context()
 
 	keys := []string{"a1", "bad\x00key", "a2"}
@@ -267,6 +236,41 @@ func TestClaimBatchIsolation(t *testing.T) {
 	if _, err := s.Get(ctx, "tenant", "gone"); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("the cancelled claim's record: %v, want ErrNotFound", err)
 	}
+}
+
+// batchVariant is a configuration the batching tests run in.
+type batchVariant struct {
+	name     string
+	execMode pgx.QueryExecMode // 0: pgx's default
+	opts     []Option
+}
+
+// batchVariants: each mode as is, transactional, and on the simple
+// protocol.
+func batchVariants() []batchVariant {
+	var vs []batchVariant
+	for _, m := range modes {
+		vs = append(vs,
+			batchVariant{m.name, 0, m.opts},
+			batchVariant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},
+			batchVariant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
+		)
+	}
+	return vs
+}
+
+// tracedStore is a store with opts on a pool of its own (8 connections,
+// execMode unless 0) whose statements the returned tracer sees.
+func tracedStore(t *testing.T, execMode pgx.QueryExecMode, opts ...Option) (*Store, *countingTracer) {
+	t.Helper()
+	tr := &countingTracer{}
+	cfg := pgstoretest.Config(t)
+	cfg.MaxConns = 8
+	cfg.ConnConfig.Tracer = tr
+	if execMode != 0 {
+		cfg.ConnConfig.DefaultQueryExecMode = execMode
+	}
+	return newStore(t, pgstoretest.NewPool(t, cfg), opts...), tr
 }
 
 type batchResult struct {

@@ -1,10 +1,8 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -49,7 +47,7 @@ func (s *Store) completeOutside(ctx context.Context, f storekit.Fence, deferred 
 		err     error
 	)
 	if s.cfg.batching {
-		p := &pendingComplete{f: f, deferred: deferred, args: args}
+		p := &pendingComplete{pendingBase: pendingBase{scope: f.Scope, key: f.Key}, f: f, deferred: deferred, args: args}
 		if !s.completes.do(ctx, p) {
 			// Withdrawn before it was sent: as a complete whose
 			// context ended before it began.
@@ -91,9 +89,6 @@ func (s *Store) completeAlone(ctx context.Context, f storekit.Fence, deferred []
 // completeBatch sends batch's completes in one pipeline (see completeBatch
 // the type) and sets each one's waiters. Its error sends each again alone.
 func (s *Store) completeBatch(batch []*pendingComplete) error {
-	slices.SortStableFunc(batch, func(a, b *pendingComplete) int {
-		return cmp.Or(cmp.Compare(a.f.Scope, b.f.Scope), cmp.Compare(a.f.Key, b.f.Key))
-	})
 	ctx, cancel := batchContext(batch)
 	defer cancel()
 	b := &pgx.Batch{}

@@ -13,7 +13,6 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // pendingCompletes is the test's view of requests whose completes queue:
@@ -99,31 +98,10 @@ func takeFailed[P batchItem](b *batcher[P]) int {
 // deferred rows and responses committed, a plain complete (no Defer)
 // too, waiters woken.
 func TestCompleteBatch(t *testing.T) {
-	type variant struct {
-		name     string
-		execMode pgx.QueryExecMode
-		opts     []Option
-	}
-	var variants []variant
-	for _, m := range modes {
-		variants = append(variants,
-			variant{m.name, 0, m.opts},
-			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},
-			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
-		)
-	}
-	for _, v := range variants {
+	for _, v := range batchVariants() {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			tr := &countingTracer{}
-			cfg := pgstoretest.Config(t)
-			cfg.MaxConns = 8
-			cfg.ConnConfig.Tracer = tr
-			if v.execMode != 0 {
-				cfg.ConnConfig.DefaultQueryExecMode = v.execMode
-			}
-			pool := pgstoretest.NewPool(t, cfg)
-			s := newStore(t, pool, append([]Option{WithBatching()}, v.opts...)...)
+			s, tr := tracedStore(t, v.execMode, append([]Option{WithBatching()}, v.opts...)...)
 			table := ledger(t, s)
 			ctx := t.Context()
 
@@ -192,12 +170,7 @@ func equalTokens(a, b []int64) bool {
 // of it runs and its record stays the owner's.
 func TestCompleteBatchIsolation(t *testing.T) {
 	t.Parallel()
-	tr := &countingTracer{}
-	cfg := pgstoretest.Config(t)
-	cfg.MaxConns = 8
-	cfg.ConnConfig.Tracer = tr
-	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithBatching())
+	s, tr := tracedStore(t, 0, WithBatching())
 	table := ledger(t, s)
 	ctx := t.Context()
 
@@ -296,12 +269,7 @@ func TestCompleteBatchIsolation(t *testing.T) {
 // alone: written once, completed, nothing lost and nothing doubled.
 func TestCompleteBatchConnectionKilled(t *testing.T) {
 	t.Parallel()
-	tr := &countingTracer{}
-	cfg := pgstoretest.Config(t)
-	cfg.MaxConns = 8
-	cfg.ConnConfig.Tracer = tr
-	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithBatching())
+	s, tr := tracedStore(t, 0, WithBatching())
 	table := ledger(t, s)
 	ctx := t.Context()
 

@@ -1,9 +1,7 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,8 +13,7 @@ import (
 // synchronous commit, as PostgreSQL gathers commits into one flush: each
 // step is its own fenced statement, and a step whose fence matches nothing
 // answers ErrLeaseLost without failing the others. A pipeline that fails
-// is sent again step by step. Steps are sorted by (scope, key): their row
-// locks (FOR SHARE on the records) are taken in one order.
+// is sent again step by step.
 type stepBatch = batcher[*pendingStep]
 
 // pendingStep is one SaveStep and, once answered, its answer.
@@ -32,7 +29,7 @@ type pendingStep struct {
 // matched nothing.
 func (s *Store) saveStep(ctx context.Context, f storekit.Fence, name string, result []byte) (matched bool, err error) {
 	if s.cfg.batching {
-		p := &pendingStep{f: f, name: name, result: result}
+		p := &pendingStep{pendingBase: pendingBase{scope: f.Scope, key: f.Key}, f: f, name: name, result: result}
 		s.stepSaves.do(ctx, p)
 		return p.matched, p.err
 	}
@@ -47,9 +44,6 @@ func (s *Store) saveStepAlone(ctx context.Context, f storekit.Fence, name string
 // saveSteps sends batch's steps in one pipeline and sets each one's
 // answer; its error sends each again alone.
 func (s *Store) saveSteps(batch []*pendingStep) error {
-	slices.SortStableFunc(batch, func(a, b *pendingStep) int {
-		return cmp.Or(cmp.Compare(a.f.Scope, b.f.Scope), cmp.Compare(a.f.Key, b.f.Key))
-	})
 	ctx, cancel := batchContext(batch)
 	defer cancel()
 	b := &pgx.Batch{}

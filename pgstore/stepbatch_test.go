@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
 // TestStepBatch: SaveSteps that queue behind one in flight (a SHARE lock
@@ -19,12 +18,7 @@ import (
 // was taken over, without failing the others.
 func TestStepBatch(t *testing.T) {
 	t.Parallel()
-	tr := &countingTracer{}
-	cfg := pgstoretest.Config(t)
-	cfg.MaxConns = 8
-	cfg.ConnConfig.Tracer = tr
-	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithBatching())
+	s, tr := tracedStore(t, 0, WithBatching())
 	ctx := t.Context()
 
 	keys := []string{"s3", "stale", "s1", "s2"}
