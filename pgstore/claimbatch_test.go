@@ -301,14 +301,7 @@ func batchRound(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, marke
 func batchRoundReqs(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, marker string, keys []string, reqOf func(int) storekit.ClaimRequest, ctxOf func(int) context.Context, between ...func()) []batchResult {
 	t.Helper()
 	ctx := t.Context()
-	lock, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := lock.Exec(ctx, "LOCK TABLE "+s.names.table+" IN SHARE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockTable(t, s, s.names.table)
 	tr.reset()
 	var wg sync.WaitGroup
 	first := make(chan error, 1)
@@ -360,6 +353,23 @@ func batchRoundReqs(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, m
 		t.Errorf("%d batched statements for %d queued claims, want %d; statements: %q", batched, len(keys)-withdrawn, want, sqls)
 	}
 	return results
+}
+
+// lockTable holds a SHARE lock on table in a transaction of its own: every
+// write to it waits until the caller rolls the transaction back (at the
+// latest when the test ends).
+func lockTable(t *testing.T, s *Store, table string) pgx.Tx {
+	t.Helper()
+	ctx := t.Context()
+	lock, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(context.WithoutCancel(ctx)) })
+	if _, err := lock.Exec(ctx, "LOCK TABLE "+table+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return lock
 }
 
 // waitFor polls cond (a state the test waits for, not a duration).

@@ -39,14 +39,7 @@ func completeRound(t *testing.T, s *Store, tr *countingTracer, pc *pendingComple
 	ctx := t.Context()
 	warm := claimReq("warm-"+time.Now().Format("150405.000000000"), time.Minute)
 	wctx, wf := mustClaim(t, s, warm)
-	lock, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := lock.Exec(ctx, "LOCK TABLE "+s.names.table+" IN SHARE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockTable(t, s, s.names.table)
 	tr.reset()
 	b := &s.completes
 	var wg sync.WaitGroup
@@ -283,13 +276,7 @@ func TestCompleteBatchConnectionKilled(t *testing.T) {
 	}
 	var ledgerLock pgx.Tx
 	batches := completeRound(t, s, tr, pc, func() {
-		var err error
-		if ledgerLock, err = s.pool.Begin(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ledgerLock.Exec(ctx, "LOCK TABLE "+table+" IN SHARE MODE"); err != nil {
-			t.Fatal(err)
-		}
+		ledgerLock = lockTable(t, s, table)
 	}, func() {
 		defer func() { _ = ledgerLock.Rollback(ctx) }()
 		var pid int32

@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -39,14 +38,7 @@ func TestStepBatch(t *testing.T) {
 	}
 	_, warm := mustClaim(t, s, claimReq("warm", time.Minute))
 
-	lock, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := lock.Exec(ctx, "LOCK TABLE "+stepsTable(s.cfg)+" IN SHARE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockTable(t, s, stepsTable(s.cfg))
 	tr.reset()
 	b := &s.stepSaves
 	var wg sync.WaitGroup
