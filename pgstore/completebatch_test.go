@@ -89,7 +89,7 @@ func takeFailed[P batchItem](b *batcher[P]) int {
 // one pipeline, each request's Defer statements with its own fenced
 // complete, and each gets the answer its own complete would have got:
 // deferred rows and responses committed, a plain complete (no Defer)
-// too, waiters woken.
+// too, one record marked as waited for among them.
 func TestCompleteBatch(t *testing.T) {
 	for _, v := range batchVariants() {
 		t.Run(v.name, func(t *testing.T) {
@@ -112,7 +112,7 @@ func TestCompleteBatch(t *testing.T) {
 				}
 				pc.add(hctx, k, f)
 			}
-			// A waiter marked "d2": its complete must report it.
+			// A waiter marked "d2" (its complete reads the flag back).
 			if _, err := s.pool.Exec(ctx, "UPDATE "+s.names.table+" SET waiters = true WHERE key = 'd2'"); err != nil {
 				t.Fatal(err)
 			}
