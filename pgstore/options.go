@@ -203,9 +203,9 @@ func WithOptimisticClaim() Option { return WithInsertFirst() }
 // writes commit with its response or not at all. A shared statement that
 // fails is sent again request by request, so one request's error (a
 // constraint, a lost lease) is never another's; after a failure that hid a
-// commit, the fences make the resent statements match nothing, so nothing
-// runs twice. Requests that began a Tx complete in their own transaction,
-// never batched.
+// commit, a resent complete's fence matches nothing and rolls back its
+// deferred statements, so nothing runs twice. Requests that began a Tx
+// complete in their own transaction, never batched.
 //
 // Deferred statements of concurrent requests may so run in one
 // transaction: with WithBatching they must not rely on transaction-scoped
