@@ -196,19 +196,33 @@ func (m *insertFirstMix) mode(scope string, c claimMode) {
 func (m *insertFirstMix) burst(n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var fences []storekit.Fence
-	for ok, i := 0, 0; ok < n && i < 2*n; i++ {
-		res, err := m.store.Claim(ctx, storekit.ClaimRequest{
-			Scope: mixScope, Key: "k" + strconv.FormatInt(m.bg.Add(1), 10), Method: "POST", Route: "/model",
-			Fingerprint: "A", Lease: Lease, Retention: Retention,
-		})
-		if err == nil {
-			ok++
-			if m.batching && res.Claimed {
-				fences = append(fences, storekit.Fence{Scope: mixScope, Key: res.Record.Key, Token: res.Record.Token})
+	var (
+		mu      sync.Mutex
+		fences  []storekit.Fence
+		ok, att atomic.Int32
+		claims  sync.WaitGroup
+	)
+	// Four at a time: the fresh claims reach the store's estimate while
+	// the history still runs.
+	for range 4 {
+		claims.Go(func() {
+			for ok.Load() < int32(n) && att.Add(1) <= int32(2*n) {
+				res, err := m.store.Claim(ctx, storekit.ClaimRequest{
+					Scope: mixScope, Key: "k" + strconv.FormatInt(m.bg.Add(1), 10), Method: "POST", Route: "/model",
+					Fingerprint: "A", Lease: Lease, Retention: Retention,
+				})
+				if err == nil {
+					ok.Add(1)
+					if m.batching && res.Claimed {
+						mu.Lock()
+						fences = append(fences, storekit.Fence{Scope: mixScope, Key: res.Record.Key, Token: res.Record.Token})
+						mu.Unlock()
+					}
+				}
 			}
-		}
+		})
 	}
+	claims.Wait()
 	// With batching, completed together: their completes share
 	// pipelines with each other and with the histories'.
 	var wg sync.WaitGroup
