@@ -49,7 +49,6 @@ func (s *Store) initBatches() {
 	s.calls = claimBatch{
 		send: s.callClaims,
 		alone: func(p *pendingClaim) {
-			p.cr, p.inserted = claimRow{}, false
 			p.cr, p.err = s.claimFn(p.ctx, p.req)
 		},
 	}

@@ -335,10 +335,7 @@ func batchRoundReqs(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, m
 	if err := <-first; err != nil {
 		t.Errorf("first claim: %v", err)
 	}
-	b.mu.Lock()
-	failed := b.failed
-	b.failed = 0
-	b.mu.Unlock()
+	failed := takeFailed(b)
 	if wantFailed := slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "\x00") }); (failed == 1) != wantFailed || failed > 1 {
 		t.Errorf("%d batched statements failed, want %d", failed, map[bool]int{true: 1}[wantFailed])
 	}
@@ -370,6 +367,15 @@ func lockTable(t *testing.T, s *Store, table string) pgx.Tx {
 		t.Fatal(err)
 	}
 	return lock
+}
+
+// takeFailed returns and resets b's count of failed batch statements.
+func takeFailed[P batchItem](b *batcher[P]) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.failed
+	b.failed = 0
+	return n
 }
 
 // waitFor polls cond (a state the test waits for, not a duration).

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -76,15 +77,6 @@ func completeRound(t *testing.T, s *Store, tr *countingTracer, pc *pendingComple
 	return batches
 }
 
-// takeFailed returns and resets b's count of failed batch statements.
-func takeFailed[P batchItem](b *batcher[P]) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := b.failed
-	b.failed = 0
-	return n
-}
-
 // TestCompleteBatch: completes that queue behind one in flight travel in
 // one pipeline, each request's Defer statements with its own fenced
 // complete, and each gets the answer its own complete would have got:
@@ -135,24 +127,12 @@ func TestCompleteBatch(t *testing.T) {
 				if k == "plain" {
 					want = nil
 				}
-				if got := ledgerRows(t, s, table, k); !equalTokens(got, want) {
+				if got := ledgerRows(t, s, table, k); !slices.Equal(got, want) {
 					t.Errorf("ledger %s = %v, want %v", k, got, want)
 				}
 			}
 		})
 	}
-}
-
-func equalTokens(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCompleteBatchIsolation: a batch PostgreSQL refuses (one request's
