@@ -419,3 +419,58 @@ func TestFaultAtSaveStep(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultAtHandlerCommit: a handler that commits the lease transaction
+// itself (tx.Exec(ctx, "COMMIT")) and loses the answer: the commit landed,
+// but pgx only saw the connection die, so no tag said COMMIT. Whatever
+// the engine does next (Complete or Fail), the key must not be released:
+// PostgreSQL is asked how the transaction ended, by its id.
+func TestFaultAtHandlerCommit(t *testing.T) {
+	for _, m := range deferModes() {
+		for _, then := range []string{"fail", "complete"} {
+			t.Run(m.name+"/"+then, func(t *testing.T) {
+				t.Parallel()
+				pool, d := faultPool(t)
+				s := newStore(t, pool, m.opts...)
+				table := ledger(t, s)
+				req := claimReq("k", time.Minute)
+				ctx, f := mustClaim(t, s, req)
+				if err := handle(ctx, table, req.Key); err != nil {
+					t.Fatal(err)
+				}
+				tx, err := Tx(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.arm(faultLoseAnswer)
+				if _, err := tx.Exec(ctx, "COMMIT"); err == nil {
+					t.Fatal("the COMMIT's answer arrived on a connection that died")
+				}
+				if d.firedCount() != 1 {
+					t.Fatal("fault not injected")
+				}
+				if then == "fail" {
+					err = s.Fail(ctx, f)
+				} else {
+					err = s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("paid")})
+				}
+				rec, gerr := s.Get(t.Context(), req.Scope, req.Key)
+				if gerr != nil {
+					t.Fatalf("get: %v", gerr)
+				}
+				rows := ledgerRows(t, s, table, req.Key)
+				t.Logf("%s = %v; record %s %+v, ledger %v", then, err, rec.Status, rec.Response, rows)
+				if len(rows) != 1 {
+					t.Fatalf("ledger %v: want the row the handler's COMMIT landed", rows)
+				}
+				if rec.Status != storekit.StatusCompleted {
+					t.Errorf("record %s: the committed writes' key was left claimable (a retry runs them again); want completed", rec.Status)
+				}
+				if res, err := s.Claim(t.Context(), req); err != nil || res.Claimed {
+					t.Errorf("retry: claimed %v (%v); want the completed record", res.Claimed, err)
+				}
+				waitReleased(t, pool)
+			})
+		}
+	}
+}

@@ -39,6 +39,11 @@ type leaseTx struct {
 	// writes have landed whatever happens to the rest, so the key must
 	// never be released (completeInTx, failInTx).
 	committed atomic.Bool
+	// xid is the transaction's id, taken in BEGIN's round trip: when the
+	// handler ended the transaction in a way whose tag idem did not read
+	// (Query, SendBatch, Conn...), PostgreSQL says whether it committed
+	// (Store.endedOutcome).
+	xid int64
 }
 
 // sqlEnd values.
@@ -66,9 +71,21 @@ func (t *leaseTx) noteTag(tag pgconn.CommandTag) {
 }
 
 // endedBySQL reports whether the begun transaction was ended by the
-// handler's SQL: the connection is idle, outside any transaction.
+// handler's SQL: the connection is alive and idle, outside any
+// transaction.
 func (t *leaseTx) endedBySQL() bool {
-	return t.tx != nil && t.conn != nil && t.conn.Conn().PgConn().TxStatus() == 'I'
+	if t.tx == nil || t.conn == nil {
+		return false
+	}
+	pc := t.conn.Conn().PgConn()
+	return !pc.IsClosed() && pc.TxStatus() == 'I'
+}
+
+// connLost reports whether the begun transaction's connection is closed
+// (it died, or pgx closed it after an error): the transaction is over,
+// rolled back unless a COMMIT of the handler's reached the server.
+func (t *leaseTx) connLost() bool {
+	return t.tx != nil && t.conn != nil && t.conn.Conn().PgConn().IsClosed()
 }
 
 var _ pgx.Tx = (*leaseTx)(nil)
@@ -103,20 +120,23 @@ func (t *leaseTx) acquireLocked(ctx context.Context) error {
 // beginLocked begins the transaction with its own round trip, for the calls
 // that cannot carry BEGIN in a pipeline.
 func (t *leaseTx) beginLocked(ctx context.Context) (pgx.Tx, error) {
-	if err := t.acquireLocked(ctx); err != nil {
+	br, err := t.sendLocked(ctx, func(*pgx.Batch) {})
+	if err != nil {
 		return nil, err
 	}
-	tx, err := t.conn.Conn().BeginTx(ctx, t.s.txOptions())
-	if err != nil {
+	if err := br.Close(); err != nil {
 		return nil, wrap(ctx, "tx: begin", err)
 	}
-	t.tx = tx
-	return tx, nil
+	return t.tx, nil
 }
 
-// sendLocked sends BEGIN (and the idle timeout) followed by what queue adds,
-// in one round trip, and reads the results of BEGIN. The caller reads the
-// rest and closes the results.
+// xidSQL takes the transaction's id at BEGIN (assigning it then rather than
+// at the first write, which a transaction that writes pays anyway).
+const xidSQL = `SELECT txid_current()`
+
+// sendLocked sends BEGIN (the idle timeout, the transaction id) followed by
+// what queue adds, in one round trip, and reads the results of BEGIN. The
+// caller reads the rest and closes the results.
 func (t *leaseTx) sendLocked(ctx context.Context, queue func(*pgx.Batch)) (pgx.BatchResults, error) {
 	if err := t.acquireLocked(ctx); err != nil {
 		return nil, err
@@ -127,12 +147,16 @@ func (t *leaseTx) sendLocked(ctx context.Context, queue func(*pgx.Batch)) (pgx.B
 	if idle {
 		b.Queue(setIdleSQL, strconv.FormatInt(t.s.txIdleMillis(), 10))
 	}
+	b.Queue(xidSQL)
 	queue(b)
 	br := t.conn.SendBatch(ctx, b)
 	t.tx = br.Tx()
 	_, err := br.Exec() // BEGIN
 	if err == nil && idle {
 		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&t.xid)
 	}
 	if err != nil {
 		_ = br.Close()

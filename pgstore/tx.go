@@ -77,8 +77,13 @@ const rollbackTimeout = 5 * time.Second
 // COMMIT the writes have landed, so Complete records the response on its
 // own and Fail completes the record as not retained, so a retry does not
 // run them again; so does a Complete that cannot record the response. A
-// COMMIT AND CHAIN counts as a COMMIT. Ending it through Conn() is not
-// seen and counts as a rollback.
+// COMMIT AND CHAIN counts as a COMMIT. However the handler ended it (a tag
+// idem did not read: Query, SendBatch, a multi-statement Exec, Conn(); or
+// a COMMIT whose answer was lost with the connection), idem asks
+// PostgreSQL how the transaction ended, by the id BEGIN's round trip took
+// (txid_status): committed counts as a COMMIT, rolled back as a ROLLBACK,
+// and an answer it cannot get completes the record as not retained, so
+// the key is never released over writes that may have landed.
 // When the engine commits the response, Store.Complete sends its fenced
 // update and COMMIT together, in one round trip: the business writes and
 // the stored response are one atomic fact. If the lease was lost meanwhile
@@ -123,17 +128,6 @@ func storeOf(lease *core.Lease) *Store {
 func attachState(lease *core.Lease) *txState {
 	v, _ := lease.Attach(txKey{}, func() (any, error) { return &txState{}, nil })
 	return v.(*txState)
-}
-
-// txOptions is the explicit BEGIN (one round trip) for the calls that
-// cannot carry it in a pipeline.
-func (s *Store) txOptions() pgx.TxOptions {
-	if s.cfg.txIdle <= 0 {
-		return pgx.TxOptions{}
-	}
-	// BeginQuery runs over the simple protocol (no arguments), so both
-	// statements go in one round trip.
-	return pgx.TxOptions{BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", s.txIdleMillis())}
 }
 
 func (s *Store) txIdleMillis() int64 {
@@ -190,7 +184,8 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	committed := t.committed.Load()
 	if t.endedBySQL() {
 		t.release()
-		if committed {
+		outcome := s.endedOutcome(ctx, t)
+		if outcome == txCommitted {
 			// Record the response (and run the deferred statements) on
 			// their own.
 			waiters, err := s.sendDeferred(ctx, deferred, args)
@@ -202,10 +197,15 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 			}
 			return nil
 		}
-		// Rolled back (or ended in a way idem did not see): the writes
-		// did not land, so the response must not be recorded.
+		if outcome == txUnknown {
+			// Whether the writes landed cannot be known: the key is
+			// not released, lest a retry run them twice.
+			return s.completeNotRetained(ctx, f, errTxOutcomeUnknown)
+		}
+		// Rolled back: the writes did not land, so the response must
+		// not be recorded.
 		s.releaseAfterTxFailure(ctx, f)
-		return fmt.Errorf("pgstore: complete: the handler ended the lease transaction with SQL (not a COMMIT idem saw), its writes did not land: %w", storekit.ErrNotCommitted)
+		return fmt.Errorf("pgstore: complete: the handler ended the lease transaction with SQL and it was rolled back, its writes did not land: %w", storekit.ErrNotCommitted)
 	}
 	b := &pgx.Batch{}
 	queueDeferred(b, deferred)
@@ -229,7 +229,11 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	}
 	if err != nil {
 		t.rollback(ctx)
-		if committed { // COMMIT AND CHAIN: what came before it landed
+		// After a COMMIT AND CHAIN what came before it landed; one whose
+		// tag idem did not read shows as the first transaction committed.
+		// (So does this complete's own COMMIT whose answer was lost: the
+		// fenced not-retained complete then matches nothing.)
+		if committed || !isLeaseLost(err) && s.endedOutcome(ctx, t) == txCommitted {
 			return s.completeNotRetained(ctx, f, err)
 		}
 		return s.completeFailed(ctx, f, err, len(deferred) > 0)
@@ -244,8 +248,12 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 // failInTx rolls the handler's transaction back and runs the fenced fail on
 // the same connection, both in one round trip.
 func (s *Store) failInTx(ctx context.Context, t *leaseTx, f storekit.Fence) (matched, waiters bool, err error) {
-	if t.committed.Load() {
-		// The handler committed its writes itself and then failed: a
+	if t.committed.Load() ||
+		t.endedBySQL() && s.endedOutcome(ctx, t) != txRolledBack ||
+		t.connLost() && s.endedOutcome(ctx, t) == txCommitted {
+		// The handler committed its writes itself (or ended the
+		// transaction, and PostgreSQL cannot say it rolled back; or its
+		// COMMIT landed before the connection died) and then failed: a
 		// retry must not run them again. The record is completed as not
 		// retained (retries get the not-retained answer), as mysqlstore
 		// and sqlitestore do after a handler's own commit. What followed
@@ -272,6 +280,46 @@ func (s *Store) failInTx(ctx context.Context, t *leaseTx, f storekit.Fence) (mat
 		return false, false, nil
 	}
 	return err == nil, waiters, err
+}
+
+// txOutcome is how a lease transaction the handler ended with SQL ended.
+type txOutcome int
+
+const (
+	txUnknown txOutcome = iota
+	txCommitted
+	txRolledBack
+)
+
+// errTxOutcomeUnknown: the handler ended the lease transaction and
+// PostgreSQL could not say how.
+var errTxOutcomeUnknown = errors.New("pgstore: the handler ended the lease transaction with SQL and whether it committed is unknown")
+
+// endedOutcome asks PostgreSQL how the transaction t, which the handler
+// ended with SQL, ended: a COMMIT idem saw the tag of is known; any other
+// end (a tag idem did not read: Query, SendBatch, a multi-statement Exec,
+// the connection from Conn) is asked by the transaction's id, taken at
+// BEGIN. Unknown when the database cannot answer.
+func (s *Store) endedOutcome(ctx context.Context, t *leaseTx) txOutcome {
+	if t.committed.Load() {
+		return txCommitted
+	}
+	if t.xid == 0 {
+		return txUnknown
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	var status *string
+	if err := s.pool.QueryRow(qctx, `SELECT txid_status($1)`, t.xid).Scan(&status); err != nil || status == nil {
+		return txUnknown
+	}
+	switch *status {
+	case "committed":
+		return txCommitted
+	case "aborted":
+		return txRolledBack
+	}
+	return txUnknown // in progress: not ended after all (another session?)
 }
 
 // isLeaseLost reports whether err is completeTx's lease-lost error.
