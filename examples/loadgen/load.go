@@ -308,6 +308,7 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 			if s.target == "idem-nostep" {
 				args = append(args, "-steps=false")
 			}
+			args = append(args, cfg.paymentsArgs...)
 			s.c, err = startChild(ctx, bin, append(args, providerArgs...)...)
 		default:
 			s.c, err = startChild(ctx, self, append([]string{"-serve", s.target, "-addr", "127.0.0.1:0", "-dsn", dsn,
@@ -430,8 +431,12 @@ func report(w io.Writer, cfg config, rs []result) {
 	if cfg.dbRTT > 0 {
 		db = fmt.Sprintf("database round trip +%v (relay)", cfg.dbRTT)
 	}
-	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s, provider %s, provider latency %v, %s, GOMAXPROCS %d, %s\n\n",
-		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, provider, cfg.latency, db, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	extra := ""
+	if len(cfg.paymentsArgs) > 0 {
+		extra = fmt.Sprintf(" %q", cfg.paymentsArgs)
+	}
+	fmt.Fprintf(w, "\nloadgen: %d requests per row in %d alternating rounds, %d clients, pool %d on every server, -framework %s%s, provider %s, provider latency %v, %s, GOMAXPROCS %d, %s\n\n",
+		cfg.requests, cfg.rounds, cfg.concurrency, cfg.pool, cfg.framework, extra, provider, cfg.latency, db, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	type k struct {
 		target, logging string
 		dup             int

@@ -42,6 +42,8 @@
 //	                     (a database in another zone; needs a URL -dsn)
 //	-framework nethttp   examples/payments -framework
 //	-payments-bin PATH   a built examples/payments (default: go build it)
+//	-payments-flags F    more examples/payments flags for every idem
+//	                     target, space-separated (e.g. "-batching")
 //	-targets idem,baseline,article
 //	                     idem-nostep: examples/payments -steps=false (the
 //	                     charge as a plain call, no recovery point)
@@ -103,6 +105,7 @@ type config struct {
 	providerHTTP bool
 	dbRTT        time.Duration // -db-rtt: added database round trip (dbrelay.go)
 	paymentsBin  string
+	paymentsArgs []string // -payments-flags
 	targets      []string
 	maxDuration  time.Duration
 
@@ -142,8 +145,8 @@ func main() {
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var (
-		cfg                       config
-		dups, pools, target, logs string
+		cfg                                      config
+		dups, pools, target, logs, paymentsFlags string
 	)
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
@@ -164,6 +167,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&cfg.providerHTTP, "provider-http", false, "every server calls an HTTP provider process on 127.0.0.1 (latency -provider-latency)")
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "internal: the HTTP provider's base URL (child mode)")
 	fs.StringVar(&cfg.paymentsBin, "payments-bin", "", "built examples/payments binary (default: go build)")
+	fs.StringVar(&paymentsFlags, "payments-flags", "", "more examples/payments flags for every idem target, space-separated (e.g. \"-batching\")")
 	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, idem-nostep, baseline, article")
 	fs.StringVar(&logs, "logs", "default,off", "logging of every server: default (the example's: text on stderr), off")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "alternating rounds per duplicate share (each server -requests/rounds per round)")
@@ -177,6 +181,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	cfg.paymentsArgs = strings.Fields(paymentsFlags)
 	var err error
 	if cfg.dups, err = intList(dups, 0, 100); err != nil {
 		return cfg, fmt.Errorf("-dups: %w", err)

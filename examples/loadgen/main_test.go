@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,10 @@ func TestParseFlags(t *testing.T) {
 	if cfg.requests != 3000 || cfg.concurrency != 16 || len(cfg.dups) != 3 || len(cfg.targets) != 3 ||
 		cfg.rounds != 3 || len(cfg.logs) != 2 {
 		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = parseFlags([]string{"-payments-flags", " -batching  -steps=false "}, io.Discard)
+	if err != nil || !slices.Equal(cfg.paymentsArgs, []string{"-batching", "-steps=false"}) {
+		t.Errorf("-payments-flags: %q, %v", cfg.paymentsArgs, err)
 	}
 	for _, args := range [][]string{
 		{"-dups", "101"}, {"-pool", "71"}, {"-pools", "0"}, {"-requests", "0"},
