@@ -211,6 +211,18 @@ func faultPool(t *testing.T) (*pgxpool.Pool, *faultDialer) {
 	return pgstoretest.NewPool(t, cfg), d
 }
 
+// faultLease is a fresh store on a faultPool, with a ledger table and a
+// claimed key "k": where every fault test of a lease starts.
+func faultLease(t *testing.T, opts []Option) (*pgxpool.Pool, *faultDialer, *Store, string, storekit.ClaimRequest, context.Context, storekit.Fence) {
+	t.Helper()
+	pool, d := faultPool(t)
+	s := newStore(t, pool, opts...)
+	table := ledger(t, s)
+	req := claimReq("k", time.Minute)
+	ctx, f := mustClaim(t, s, req)
+	return pool, d, s, table, req, ctx, f
+}
+
 // TestFaultAtComplete breaks the connection at the statement that commits
 // the response (and the business writes), in every way a cut can fall:
 // before the server got it, in the middle of it, and after it ran (its
@@ -234,11 +246,7 @@ func TestFaultAtComplete(t *testing.T) {
 			for _, fl := range faults {
 				t.Run(m.name+"/"+w+"/"+fl.name, func(t *testing.T) {
 					t.Parallel()
-					pool, d := faultPool(t)
-					s := newStore(t, pool, m.opts...)
-					table := ledger(t, s)
-					req := claimReq("k", time.Minute)
-					ctx, f := mustClaim(t, s, req)
+					_, d, s, table, req, ctx, f := faultLease(t, m.opts)
 					write := func(ctx context.Context) error {
 						switch w {
 						case "defer":
@@ -315,11 +323,7 @@ func TestFaultInHandlerTx(t *testing.T) {
 					name := m.name + "/" + at + "/" + map[faultKind]string{faultDrop: "drop", faultLoseAnswer: "lose-answer"}[fl] + "/" + then
 					t.Run(name, func(t *testing.T) {
 						t.Parallel()
-						pool, d := faultPool(t)
-						s := newStore(t, pool, m.opts...)
-						table := ledger(t, s)
-						req := claimReq("k", time.Minute)
-						ctx, f := mustClaim(t, s, req)
+						pool, d, s, table, req, ctx, f := faultLease(t, m.opts)
 						if at == "second" {
 							if err := handle(ctx, table, req.Key); err != nil {
 								t.Fatal(err)
@@ -430,11 +434,7 @@ func TestFaultAtHandlerCommit(t *testing.T) {
 		for _, then := range []string{"fail", "complete"} {
 			t.Run(m.name+"/"+then, func(t *testing.T) {
 				t.Parallel()
-				pool, d := faultPool(t)
-				s := newStore(t, pool, m.opts...)
-				table := ledger(t, s)
-				req := claimReq("k", time.Minute)
-				ctx, f := mustClaim(t, s, req)
+				pool, d, s, table, req, ctx, f := faultLease(t, m.opts)
 				if err := handle(ctx, table, req.Key); err != nil {
 					t.Fatal(err)
 				}
