@@ -40,7 +40,12 @@
 // transactional and as examples/payments configures it (ledger rows
 // through pgstore.Defer); another scope's new keys drive WithInsertFirst
 // across its switch during each history, and a pgx tracer counts the
-// claims that took each path (pgmix_test.go).
+// claims that took each path (pgmix_test.go). In pgstore's
+// transactional runs some handlers commit the lease's transaction
+// themselves (CommitCrash with Input.NoMark), through Exec, Query,
+// SendBatch or the connection from Conn, and go on: pgstore keeps no
+// commit mark, so their Complete or Fail must find out from PostgreSQL
+// whether that COMMIT landed, also when a kill lost its answer.
 // A rejected history is written out (porcupine's visualization and the
 // history as JSON, for testdata/) and explained in the log.
 //

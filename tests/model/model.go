@@ -42,7 +42,10 @@ const (
 	// the lapsed lease must then not run the handler again: the claim
 	// completes the record as not retained (NotRetainedResp) instead. (Or
 	// the handler goes on, Env.CommitThenFinish: its Complete records the
-	// response, its Fail completes the record as not retained.)
+	// response, its Fail completes the record as not retained.) With
+	// Input.NoMark the store keeps no commit mark (pgstore): the handler
+	// always goes on (Env.CommitWithoutMark), and its Complete or Fail
+	// must find out from the database whether its COMMIT landed.
 	CommitCrash
 )
 
@@ -96,6 +99,9 @@ type Input struct {
 	// Fail (`defer tx.Rollback()`): its ledger write rolled back, so a
 	// Complete must not record the response (mysqlstore.Tx).
 	Ended bool `json:",omitempty"`
+	// NoMark: CommitCrash on a store that keeps no commit mark; Complete
+	// or Fail of a handler that ran one (Env.CommitWithoutMark).
+	NoMark bool `json:",omitempty"`
 }
 
 // Result is what a call answered.
@@ -165,6 +171,9 @@ type rec struct {
 	// marks: the tokens whose handler committed its transaction itself
 	// (CommitCrash), comma-separated.
 	marks string
+	// own: the same, on a store that keeps no commit mark (Input.NoMark):
+	// they decide the handler's Complete and Fail, but seal no takeover.
+	own string
 }
 
 // State is the model's state: one record per key of the history.
@@ -181,6 +190,12 @@ func (r *rec) sealed(fp string) bool {
 // transaction itself (CommitCrash).
 func (r *rec) marked(tok int64) bool {
 	return slices.Contains(strings.Split(r.marks, ","), strconv.FormatInt(tok, 10))
+}
+
+// committedSelf reports whether the handler holding tok committed its
+// transaction itself, with a commit mark or without (Input.NoMark).
+func (r *rec) committedSelf(tok int64) bool {
+	return r.marked(tok) || slices.Contains(strings.Split(r.own, ","), strconv.FormatInt(tok, 10))
 }
 
 func (r *rec) owned(tok int64) bool {
@@ -271,7 +286,7 @@ func step(s State, in Input, out Output) []State {
 		}
 		fresh, takeover := r.claimable(in.FP)
 		claimed := func(tok int64) rec {
-			n := rec{present: true, live: true, status: storekit.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger, marks: r.marks}
+			n := rec{present: true, live: true, status: storekit.StatusProcessing, tok: tok, fp: in.FP, maxTok: r.maxTok, ledger: r.ledger, marks: r.marks, own: r.own}
 			if tok > n.maxTok {
 				n.maxTok = tok
 			}
@@ -325,7 +340,7 @@ func step(s State, in Input, out Output) []State {
 			}
 		case Fail:
 			n.status, n.live = storekit.StatusFailed, false
-			if r.marked(in.Tok) {
+			if r.committedSelf(in.Tok) {
 				// The handler committed its writes itself (CommitCrash, and
 				// it went on): failing must not let a retry run it again.
 				n.status, n.resp, n.steps = storekit.StatusCompleted, NotRetainedResp, Steps{}
@@ -335,6 +350,9 @@ func step(s State, in Input, out Output) []State {
 		}
 		if in.Ended && in.Kind == Complete && out.Res == OK {
 			return nil // recorded a response whose writes rolled back
+		}
+		if in.NoMark && in.Kind == Complete && out.Res == OK && !r.committedSelf(in.Tok) {
+			return nil // recorded a response although the handler's COMMIT did not land
 		}
 		switch out.Res {
 		case NotCommitted:
@@ -360,6 +378,20 @@ func step(s State, in Input, out Output) []State {
 					return maybe(f) // the writes rolled back: never recorded
 				}
 				return maybe(n, f)
+			}
+			if in.Kind == Complete && in.NoMark {
+				// After a handler's own COMMIT (no commit mark): if it
+				// landed, a Complete that cannot record the response
+				// completes the record as not retained; if it did not
+				// (the connection died under it), the key is released.
+				if r.committedSelf(in.Tok) {
+					nr := n
+					nr.resp = NotRetainedResp
+					return maybe(n, nr)
+				}
+				f := r
+				f.status, f.live = storekit.StatusFailed, false
+				return maybe(f)
 			}
 			return maybe(n)
 		case LeaseLost:
@@ -440,7 +472,12 @@ func step(s State, in Input, out Output) []State {
 	case CommitCrash:
 		// The handler's own COMMIT: no fence, the record is unchanged.
 		n := r
-		n.ledger, n.marks = addLedger(r.ledger, in.Tok), addLedger(r.marks, in.Tok)
+		n.ledger = addLedger(r.ledger, in.Tok)
+		if in.NoMark {
+			n.own = addLedger(r.own, in.Tok)
+		} else {
+			n.marks = addLedger(r.marks, in.Tok)
+		}
 		switch out.Res {
 		case Unknown:
 			return maybe(n)
@@ -620,6 +657,9 @@ func describeState(s State) string {
 		}
 		if r.marks != "" {
 			p += " marks=[" + r.marks + "]"
+		}
+		if r.own != "" {
+			p += " own=[" + r.own + "]"
 		}
 		parts = append(parts, p)
 	}

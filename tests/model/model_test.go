@@ -207,6 +207,41 @@ func TestModelRules(t *testing.T) {
 			op(Input{Kind: Fail, Tok: 1}, Output{Res: LeaseLost}),
 			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 1, FP: "A"}}),
 			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
+		// The same on a store without commit marks (Input.NoMark, pgstore):
+		// Complete and Fail decide by whether the COMMIT landed, and a
+		// takeover of the lapsed lease is not sealed.
+		{"no mark: handler's commit, then fail: completed not retained", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1, NoMark: true}, Output{}),
+			op(Input{Kind: Fail, Tok: 1, NoMark: true}, Output{}),
+			claimOp("A", false, false, View{Status: storekit.StatusCompleted, Tok: 1, FP: "A", Resp: NotRetainedResp}))},
+		{"no mark: handler's commit, then a complete that could not record: not retained", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1, NoMark: true}, Output{}),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", NoMark: true}, Output{Res: Unknown}),
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusCompleted, Tok: 1, FP: "A", Resp: NotRetainedResp}}),
+			op(Input{Kind: Audit}, Output{Ledger: "1"}))},
+		{"no mark: handler's commit landed, then the key released", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1, NoMark: true}, Output{}),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", NoMark: true}, Output{Res: Unknown}),
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 1, FP: "A"}}))},
+		{"no mark: handler's commit lost, then the key released", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1, NoMark: true}, Output{Res: Unknown}),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", NoMark: true}, Output{Res: Unknown}),
+			op(Input{Kind: Get}, Output{Rec: View{Status: storekit.StatusFailed, Tok: 1, FP: "A"}}),
+			op(Input{Kind: Audit}, Output{}))},
+		{"no mark: handler's commit lost, response recorded anyway", false, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1, NoMark: true}, Output{Res: Unknown}),
+			op(Input{Kind: Audit}, Output{}),
+			op(Input{Kind: Complete, Tok: 1, Resp: "r1", NoMark: true}, Output{}))},
+		{"no mark: a crashed handler's commit does not seal a takeover", true, seq(
+			claimOp("A", true, true, proc(1, "A")),
+			op(Input{Kind: CommitCrash, Tok: 1, NoMark: true}, Output{}),
+			op(Input{Kind: Lapse}, Output{}),
+			claimOp("A", true, false, proc(2, "A")))},
 		// The handler rolled its own transaction back (Input.Ended).
 		{"handler's rollback: response refused, key released", true, seq(
 			claimOp("A", true, true, proc(1, "A")),

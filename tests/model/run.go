@@ -62,6 +62,12 @@ type Env struct {
 	// a Complete must record the response, a Fail complete the record as
 	// not retained (mysqlstore.Tx, sqlitestore.Tx).
 	CommitThenFinish bool
+	// CommitWithoutMark: the store keeps no commit mark (pgstore), so a
+	// handler's own COMMIT is covered only while the handler goes on: after
+	// CommitSelf it always does, whether or not its COMMIT answered, and
+	// its Complete or Fail must find out from the database whether the
+	// COMMIT landed (Input.NoMark).
+	CommitWithoutMark bool
 	// Kill, when set, ends one of the store's own database connections at
 	// a random point of the history (pg_terminate_backend, KILL
 	// CONNECTION), so that calls in flight fail with an unknown outcome.
@@ -378,6 +384,11 @@ func runHistory(ctx context.Context, cfg Config, h int, env *Env) ([]Op, int) {
 				// interleave.
 				runtime.Gosched()
 			}
+			if c.committed != nil && c.env.CommitWithoutMark && c.lease != nil {
+				// Its handler committed itself and has not finished: it
+				// does now (it holds the lease's connection until then).
+				c.owner()
+			}
 		})
 	}
 	close(start)
@@ -490,8 +501,11 @@ func (c *client) step(ctx context.Context) {
 func (c *client) owner() {
 	f := *c.lease
 	r := c.rng.IntN(100)
-	if c.zombie {
-		r = 60 + c.rng.IntN(33) // Complete or Fail
+	if c.zombie || c.committed != nil && c.env.CommitWithoutMark {
+		// Complete or Fail: a lost lease's handler finishes; so does one
+		// that committed itself on a store without commit marks, whose
+		// crash the contract does not cover (Env.CommitWithoutMark).
+		r = 60 + c.rng.IntN(33)
 	}
 	// A handler runs a while (steps, heartbeats) before it finishes, so
 	// that other clients' lapses and takeovers overtake it.
@@ -511,13 +525,14 @@ func (c *client) owner() {
 		// crashed: the lease is left to lapse, and nobody uses it again.
 		// Or (CommitThenFinish) the handler goes on.
 		lease := storetest.NewLease(c.env.Store, f)
-		out := c.do(Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token}, func(ctx context.Context) (Output, error) {
+		in := Input{Kind: CommitCrash, Key: c.keyIndex(f.Key), Tok: f.Token, NoMark: c.env.CommitWithoutMark}
+		out := c.do(in, func(ctx context.Context) (Output, error) {
 			if err := c.env.CommitSelf(storetest.ContextWithLease(ctx, lease), f); err != nil {
 				return Output{Res: Unknown}, err
 			}
 			return Output{Res: OK}, nil
 		})
-		if c.env.CommitThenFinish && out.Res == OK && c.chance(50) {
+		if c.env.CommitWithoutMark || c.env.CommitThenFinish && out.Res == OK && c.chance(50) {
 			c.committed = lease
 			return
 		}
@@ -620,6 +635,7 @@ func (c *client) fenced(f storekit.Fence, kind Kind) {
 	tx := c.env.BusinessWrite != nil && (kind == Complete || kind == Fail) && committed == nil
 	in.Tx = tx
 	in.Ended = tx && c.env.HandlerEndsTx != nil && c.env.HandlerEndsTx(f)
+	in.NoMark = committed != nil && c.env.CommitWithoutMark
 	switch kind {
 	case Complete:
 		in.Resp = fmt.Sprintf("c%d.%d", c.id, c.n)
