@@ -309,8 +309,18 @@ func (s *Store) endedOutcome(ctx context.Context, t *leaseTx) txOutcome {
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	var status *string
-	if err := s.pool.QueryRow(qctx, `SELECT txid_status($1)`, t.xid).Scan(&status); err != nil || status == nil {
+	var (
+		status *string
+		err    error
+	)
+	// A few tries: the connection that asks may die as the handler's did;
+	// the pool hands out another.
+	for range 3 {
+		if err = s.pool.QueryRow(qctx, `SELECT txid_status($1)`, t.xid).Scan(&status); err == nil || qctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil || status == nil {
 		return txUnknown
 	}
 	switch *status {
