@@ -9,13 +9,14 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
 
 // adapter mounts each idemtest route natively: the middleware, then the
-// neutral handler through gin.WrapH.
+// neutral handler through gin.WrapH. It is a copy of the one in
+// ginidem/conformance_test.go, which runs the suite on memstore; keep them
+// in step.
 var adapter = idemtest.Adapter{
 	Name:         "gin",
 	FrameworkLog: true,
@@ -64,10 +65,6 @@ var adapter = idemtest.Adapter{
 		t.Cleanup(srv.Close)
 		return srv.URL, nil
 	},
-}
-
-func TestConformance(t *testing.T) {
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return memstore.New() })
 }
 
 // TestConformancePostgres runs the suite on pgstore, in a schema of its own

@@ -1,32 +1,38 @@
 package ginidem_test
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/ginidem"
 )
 
-func newEngine(tb testing.TB, opts ...core.Option) *core.Engine {
-	tb.Helper()
-	return newEngineOn(tb, memstore.New(), opts...)
-}
+// The helpers the store-backed tests need; ginidem's own tests (memstore)
+// live beside the adapter, in ginidem/.
+
+const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
 
 func newEngineOn(tb testing.TB, s core.Store, opts ...core.Option) *core.Engine {
 	tb.Helper()
 	eng, err := core.New(s, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
-	if err != nil {
-		tb.Fatalf("core.New: %v", err)
-	}
+	require.NoError(tb, err, "core.New")
 	return eng
+}
+
+// mw builds the middleware, failing the test on a construction error.
+func mw(tb testing.TB, eng *core.Engine, opts ...ginidem.Option) gin.HandlerFunc {
+	tb.Helper()
+	m, err := ginidem.New(eng, opts...)
+	require.NoError(tb, err, "ginidem.New")
+	return m
 }
 
 // req describes one request served in-process.
@@ -70,65 +76,12 @@ func serve(h http.Handler, r req) *response {
 // that no Set-Cookie is replayed.
 func checkReplay(t *testing.T, first, replay *response) {
 	t.Helper()
-	if replay.status != first.status {
-		t.Errorf("replay status = %d, want %d", replay.status, first.status)
-	}
-	if string(replay.body) != string(first.body) {
-		t.Errorf("replay body = %q, want %q", replay.body, first.body)
-	}
+	assert.Equal(t, first.status, replay.status, "replay status")
+	assert.Equal(t, string(first.body), string(replay.body), "replay body")
 	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders()...) {
-		if got, want := replay.header.Values(h), first.header.Values(h); strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("replay header %s = %q, want %q", h, got, want)
-		}
+		assert.Equal(t, first.header.Values(h), replay.header.Values(h), "replay header %s", h)
 	}
-	if got := replay.header.Get(core.ReplayedHeader); got != "true" {
-		t.Errorf("replay %s = %q, want true", core.ReplayedHeader, got)
-	}
-	if got := first.header.Get(core.ReplayedHeader); got != "" {
-		t.Errorf("first response carries %s: %q", core.ReplayedHeader, got)
-	}
-	if got := replay.header.Values("Set-Cookie"); len(got) != 0 {
-		t.Errorf("replay carries Set-Cookie %q", got)
-	}
-}
-
-// checkProblem checks that r is a problem+json response of the given
-// status and type name (core.Problem*).
-func checkProblem(t *testing.T, r *response, status int, name string) {
-	t.Helper()
-	if r.status != status {
-		t.Errorf("status = %d, want %d (%s); body %q", r.status, status, name, r.body)
-		return
-	}
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type = %q, want application/problem+json", ct)
-	}
-	var p core.Problem
-	if err := json.Unmarshal(r.body, &p); err != nil {
-		t.Errorf("problem body %q: %v", r.body, err)
-		return
-	}
-	if want := core.ProblemBaseURI + name; p.Type != want {
-		t.Errorf("problem type = %q, want %q", p.Type, want)
-	}
-}
-
-var errCommitDown = errors.New("test: complete failed")
-
-// failCompleteStore fails Complete (and Fail when failAll), as a database
-// going away between claim and commit would.
-type failCompleteStore struct {
-	core.Store
-	failAll bool
-}
-
-func (s failCompleteStore) Complete(context.Context, storekit.Fence, storekit.StoredResponse) error {
-	return errCommitDown
-}
-
-func (s failCompleteStore) Fail(ctx context.Context, f storekit.Fence) error {
-	if s.failAll {
-		return errCommitDown
-	}
-	return s.Store.Fail(ctx, f)
+	assert.Equal(t, "true", replay.header.Get(core.ReplayedHeader), "replay %s", core.ReplayedHeader)
+	assert.Empty(t, first.header.Get(core.ReplayedHeader), "first response carries %s", core.ReplayedHeader)
+	assert.Empty(t, replay.header.Values("Set-Cookie"), "replay carries Set-Cookie")
 }

@@ -1,7 +1,6 @@
 package ginidem_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -11,5 +10,4 @@ import (
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode)
 	goleak.VerifyTestMain(m)
-	os.Exit(0) // unreachable: VerifyTestMain exits
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/tests/internal/pgstores"
@@ -27,7 +29,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			c.JSON(http.StatusBadGateway, gin.H{"error": c.Errors.Last().Error()})
 		}
 	})
-	r.POST("/v1/payments", mw(newEngineOn(t, store)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw(t, newEngineOn(t, store)), func(c *gin.Context) {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.Request.Context())
 		if err != nil {
@@ -51,24 +53,16 @@ func TestPostgresTransactionalMode(t *testing.T) {
 		return serve(r, req{path: "/v1/payments", key: "tx", body: payBody, header: map[string]string{"X-Note": "a"}})
 	}
 
-	if got := call(); got.status != http.StatusBadGateway {
-		t.Fatalf("first (handler error) = %d %q", got.status, got.body)
-	}
-	if n := count(); n != 0 {
-		t.Fatalf("handler error left %d rows", n)
-	}
-	if got := call(); got.status != http.StatusInternalServerError {
-		t.Fatalf("second (panic) = %d %q", got.status, got.body)
-	}
-	if n := count(); n != 0 {
-		t.Fatalf("panic left %d rows", n)
-	}
+	got := call()
+	require.Equal(t, http.StatusBadGateway, got.status, "first (handler error); body %q", got.body)
+	require.Zero(t, count(), "rows the handler error left")
+	got = call()
+	require.Equal(t, http.StatusInternalServerError, got.status, "second (panic); body %q", got.body)
+	require.Zero(t, count(), "rows the panic left")
 	first := call()
-	if first.status != http.StatusCreated || string(first.body) != `{"run":3}` {
-		t.Fatalf("third = %d %q", first.status, first.body)
-	}
+	require.Equal(t, http.StatusCreated, first.status, "third; body %q", first.body)
+	require.Equal(t, `{"run":3}`, string(first.body), "third")
 	checkReplay(t, first, call())
-	if n := count(); n != 1 || runs.Load() != 3 {
-		t.Errorf("rows %d, runs %d; want 1 row, 3 runs", n, runs.Load())
-	}
+	assert.Equal(t, 1, count(), "rows")
+	assert.EqualValues(t, 3, runs.Load(), "handler runs")
 }

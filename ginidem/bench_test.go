@@ -10,7 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// benchRouter serves POST /v1/payments, behind idem when eng is set.
+// benchRouter serves POST /v1/payments, behind idem on memstore when withIdem.
 func benchRouter(b *testing.B, withIdem bool) *gin.Engine {
 	b.Helper()
 	r := gin.New()
