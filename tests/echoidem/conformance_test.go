@@ -11,13 +11,14 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
 
 // adapter serves the suite's routes the way an Echo app would: each route
 // with the idem middleware, the neutral handler mounted by echo.WrapHandler.
+// It is a copy of the one in echoidem/conformance_test.go, which runs the
+// suite on memstore; keep them in step.
 var adapter = idemtest.Adapter{
 	Name:         "echo",
 	FrameworkLog: true,
@@ -75,10 +76,6 @@ var adapter = idemtest.Adapter{
 		t.Cleanup(srv.Close)
 		return srv.URL, nil
 	},
-}
-
-func TestConformance(t *testing.T) {
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return memstore.New() })
 }
 
 // TestConformancePostgres runs the suite on pgstore in a schema of its own;

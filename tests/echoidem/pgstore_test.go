@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/tests/internal/pgstores"
@@ -37,18 +39,12 @@ func TestPostgresTransactionalMode(t *testing.T) {
 	}, mw(s.eng))
 	s.start()
 
-	if r := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"); r.status != 500 {
-		t.Fatalf("first: %v", r)
-	}
-	if n := count(); n != 0 {
-		t.Fatalf("failed run left %d rows", n)
-	}
+	r := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
+	require.Equal(t, http.StatusInternalServerError, r.status, "first: %v", r)
+	require.Zero(t, count(), "rows the failed run left")
 	first := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
-	if first.status != 201 {
-		t.Fatalf("retry: %v", first)
-	}
+	require.Equal(t, http.StatusCreated, first.status, "retry: %v", first)
 	sameAsFirst(t, first, s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"))
-	if n := count(); n != 1 || runs.Load() != 2 {
-		t.Errorf("rows %d, runs %d; want 1 row, 2 runs", n, runs.Load())
-	}
+	assert.Equal(t, 1, count(), "rows")
+	assert.EqualValues(t, 2, runs.Load(), "handler runs")
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -20,13 +22,9 @@ import (
 func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 	store := memstore.New()
 	eng, err := core.New(store, core.WithSharedKeySpace())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	mw, err := echoidem.New(eng)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ok := func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }
 	e := echo.New()
 	e.Use(mw)
@@ -54,20 +52,15 @@ func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 			}
 			w := httptest.NewRecorder()
 			e.ServeHTTP(w, req)
-			if w.Code != want || w.Header().Get(core.ReplayedHeader) != "" {
-				t.Errorf("POST %s key=%q: %d %q, want echo's %d", path, key, w.Code, w.Body.String(), want)
-			}
+			assert.Equal(t, want, w.Code, "POST %s key=%q: echo's answer; body %q", path, key, w.Body.String())
+			assert.Empty(t, w.Header().Get(core.ReplayedHeader), "POST %s key=%q: replayed", path, key)
 		}
 	}
-	if n := store.Len(); n != 0 {
-		t.Errorf("%d records after requests to unknown routes, want 0", n)
-	}
+	assert.Zero(t, store.Len(), "records after requests to unknown routes")
 	for _, path := range []string{"/v1/orders/1", "/g/orders/1"} {
 		w := httptest.NewRecorder()
 		e.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}")))
-		if w.Code != http.StatusBadRequest {
-			t.Errorf("known route %s without a key: %d, want 400 missing-key", path, w.Code)
-		}
+		assert.Equal(t, http.StatusBadRequest, w.Code, "known route %s without a key: 400 missing-key", path)
 	}
 }
 
@@ -79,9 +72,7 @@ func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 func TestPreMiddlewareProtectsByPath(t *testing.T) {
 	store := memstore.New()
 	eng, err := core.New(store, core.WithSharedKeySpace())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	e := echo.New()
 	e.Pre(mw(eng))
 	runs := 0
@@ -98,26 +89,33 @@ func TestPreMiddlewareProtectsByPath(t *testing.T) {
 		e.ServeHTTP(w, req)
 		return w
 	}
-	if w := send("/v1/orders/1", ""); w.Code != http.StatusBadRequest {
-		t.Errorf("without a key under Pre: %d %q, want 400", w.Code, w.Body.String())
-	}
+	w := send("/v1/orders/1", "")
+	assert.Equal(t, http.StatusBadRequest, w.Code, "without a key under Pre; body %q", w.Body.String())
 	for i := range 2 {
 		w := send("/v1/orders/1", "k-pre")
-		if w.Code != http.StatusCreated || (w.Header().Get(core.ReplayedHeader) == "true") != (i == 1) {
-			t.Errorf("request %d under Pre: %d replayed=%q", i, w.Code, w.Header().Get(core.ReplayedHeader))
-		}
+		assert.Equal(t, http.StatusCreated, w.Code, "request %d under Pre", i)
+		assert.Equal(t, i == 1, w.Header().Get(core.ReplayedHeader) == "true", "request %d under Pre: replayed", i)
 	}
-	if runs != 1 {
-		t.Errorf("handler ran %d times, want 1", runs)
-	}
+	assert.Equal(t, 1, runs, "handler runs")
 	rec, err := store.Get(t.Context(), "", "k-pre")
-	if err != nil || rec.Route != "/v1/orders/1" {
-		t.Errorf("record route %q (%v), want the path /v1/orders/1", rec.Route, err)
+	if assert.NoError(t, err) {
+		assert.Equal(t, "/v1/orders/1", rec.Route, "record route: the path")
 	}
-	if w := send("/nope", "k-nope"); w.Code != http.StatusNotFound {
-		t.Errorf("unknown path under Pre: %d %q, want echo's 404", w.Code, w.Body.String())
-	}
-	if n := store.Len(); n != 1 {
-		t.Errorf("%d records, want 1", n)
-	}
+	w = send("/nope", "k-nope")
+	assert.Equal(t, http.StatusNotFound, w.Code, "unknown path under Pre: echo's 404; body %q", w.Body.String())
+	assert.Equal(t, 1, store.Len(), "records")
+}
+
+// TestUseWithUnmatchedRouteSkipper: the skipper idiom from the package
+// documentation leaves unrouted requests to Echo when the middleware is
+// registered with Echo#Use.
+func TestUseWithUnmatchedRouteSkipper(t *testing.T) {
+	s := newServer(t, nil)
+	s.e.Use(mw(s.eng, echoidem.WithSkipper(func(c echo.Context) bool { return c.Path() == "" })))
+	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") })
+	s.start()
+	r := s.do("POST", "/nope", "", "")
+	assert.Equal(t, http.StatusNotFound, r.status, "unrouted: %v", r)
+	first := s.do("POST", "/x", "k", "")
+	sameAsFirst(t, first, s.do("POST", "/x", "k", ""))
 }

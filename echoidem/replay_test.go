@@ -1,0 +1,194 @@
+package echoidem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
+)
+
+// TestNativeResponsesReplayIdentically: echo's own response helpers (and a
+// returned *echo.HTTPError, and nothing written) are replayed byte for byte,
+// allow-listed headers only, no Set-Cookie; the handler runs once, and the
+// same key with another body is refused.
+func TestNativeResponsesReplayIdentically(t *testing.T) {
+	type payment struct {
+		ID     string `json:"id"`
+		Amount int    `json:"amount"`
+	}
+	cases := []struct {
+		name    string
+		handler echo.HandlerFunc
+		status  int
+	}{
+		{"JSON", func(c echo.Context) error {
+			var in payment
+			if err := c.Bind(&in); err != nil {
+				return err
+			}
+			c.Response().Header().Set("Location", "/v1/payments/p_1")
+			c.Response().Header().Set("ETag", `"v1"`)
+			c.Response().Header().Set("X-Not-Allowed", "per-response")
+			c.SetCookie(&http.Cookie{Name: "session", Value: "s3cr3t"})
+			return c.JSON(http.StatusCreated, payment{ID: "p_1", Amount: in.Amount})
+		}, http.StatusCreated},
+		{"String", func(c echo.Context) error {
+			c.SetCookie(&http.Cookie{Name: "session", Value: "s3cr3t"})
+			return c.String(http.StatusOK, "charged")
+		}, http.StatusOK},
+		{"NoContent", func(c echo.Context) error {
+			c.Response().Header().Set("Location", "/v1/things/1")
+			return c.NoContent(http.StatusNoContent)
+		}, http.StatusNoContent},
+		{"Blob", func(c echo.Context) error {
+			return c.Blob(http.StatusAccepted, "application/octet-stream", []byte{0, 1, 2, 0xff})
+		}, http.StatusAccepted},
+		{"HTTPError", func(echo.Context) error {
+			return echo.NewHTTPError(http.StatusBadRequest, "bad")
+		}, http.StatusBadRequest},
+		{"NothingWritten", func(echo.Context) error { return nil }, http.StatusOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, nil)
+			var runs atomic.Int32
+			s.e.POST("/v1/payments", func(c echo.Context) error {
+				runs.Add(1)
+				return tc.handler(c)
+			}, mw(s.eng))
+			s.start()
+
+			first := s.do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
+			require.Equal(t, tc.status, first.status, "first: %v", first)
+			if tc.name == "JSON" || tc.name == "String" {
+				c := first.header.Get("Set-Cookie")
+				assert.True(t, strings.HasPrefix(c, "session=s3cr3t"), "first response Set-Cookie %q", c)
+			}
+			replay := s.do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
+			sameAsFirst(t, first, replay)
+			if tc.name == "JSON" {
+				assert.Empty(t, replay.header.Get("X-Not-Allowed"), "non-allow-listed header replayed")
+				assert.Equal(t, "/v1/payments/p_1", replay.header.Get("Location"), "replay Location")
+			}
+			assert.EqualValues(t, 1, runs.Load(), "handler runs")
+			// A different body under the same key is refused.
+			mismatch := s.do("POST", "/v1/payments", "key-1", `{"amount":50000}`)
+			if assert.Equal(t, http.StatusUnprocessableEntity, mismatch.status, "mismatch: %v", mismatch) {
+				assert.Equal(t, core.ProblemPayloadMismatch, problemType(t, mismatch), "mismatch")
+			}
+		})
+	}
+}
+
+// TestHTTPErrorStoredAsClientSawIt: a returned *echo.HTTPError is rendered
+// once, into the capture, and stored as the client saw it, under the
+// canonical route.
+func TestHTTPErrorStoredAsClientSawIt(t *testing.T) {
+	s := newServer(t, nil)
+	var runs atomic.Int32
+	s.e.POST("/v1/payments", func(echo.Context) error {
+		runs.Add(1)
+		return echo.NewHTTPError(http.StatusBadRequest, "bad")
+	}, mw(s.eng, tenantScope()))
+	s.start()
+
+	first := s.do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme")
+	require.Equal(t, http.StatusBadRequest, first.status, "first: %v", first)
+	require.Equal(t, `{"message":"bad"}`, strings.TrimSpace(string(first.body)), "first")
+	rec, err := s.store.Get(context.Background(), "acme", "k")
+	require.NoError(t, err)
+	require.Equal(t, storekit.StatusCompleted, rec.Status, "record status")
+	require.NotNil(t, rec.Response, "stored response")
+	require.Equal(t, http.StatusBadRequest, rec.Response.Status, "stored status")
+	require.Equal(t, string(first.body), string(rec.Response.Body), "stored body, as the client saw it")
+	assert.Equal(t, "/v1/payments", rec.Route, "stored route")
+	sameAsFirst(t, first, s.do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme"))
+	assert.EqualValues(t, 1, runs.Load(), "handler runs")
+}
+
+// TestCustomHTTPErrorHandlerIsUsed: the app's HTTPErrorHandler renders a
+// returned error, and what it wrote is what is replayed.
+func TestCustomHTTPErrorHandlerIsUsed(t *testing.T) {
+	s := newServer(t, nil)
+	s.e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		_ = c.String(http.StatusTeapot, "custom: "+err.Error())
+	}
+	var runs atomic.Int32
+	s.e.POST("/x", func(echo.Context) error {
+		runs.Add(1)
+		return errors.New("boom")
+	}, mw(s.eng))
+	s.start()
+	first := s.do("POST", "/x", "k", "")
+	require.Equal(t, http.StatusTeapot, first.status, "first: %v", first)
+	require.Equal(t, "custom: boom", string(first.body), "first")
+	sameAsFirst(t, first, s.do("POST", "/x", "k", ""))
+	assert.EqualValues(t, 1, runs.Load(), "handler runs")
+}
+
+// TestStreamedResponseIsNotRetained: a flushed response goes out as
+// written; a retry gets the not-retained problem, not a second run.
+func TestStreamedResponseIsNotRetained(t *testing.T) {
+	s := newServer(t, nil)
+	var runs atomic.Int32
+	s.e.POST("/stream", func(c echo.Context) error {
+		runs.Add(1)
+		c.Response().Header().Set("Content-Type", "text/plain")
+		c.Response().WriteHeader(http.StatusOK)
+		for i := range 3 {
+			_, _ = fmt.Fprintf(c.Response(), "chunk %d\n", i)
+			c.Response().Flush()
+		}
+		return nil
+	}, mw(s.eng))
+	s.start()
+	first := s.do("POST", "/stream", "k", "")
+	require.Equal(t, http.StatusOK, first.status, "first: %v", first)
+	require.Equal(t, "chunk 0\nchunk 1\nchunk 2\n", string(first.body), "first")
+	again := s.do("POST", "/stream", "k", "")
+	if assert.Equal(t, http.StatusConflict, again.status, "retry: %v", again) {
+		assert.Equal(t, core.ProblemNotRetained, problemType(t, again), "retry")
+	}
+	assert.EqualValues(t, 1, runs.Load(), "handler runs")
+}
+
+// TestResponseBeforeHooks: hooks registered with c.Response().Before by
+// outer middleware run once per response actually sent: during capture
+// (their headers go out with the handler's response) and again for a replay
+// written through echo's writer.
+func TestResponseBeforeHooks(t *testing.T) {
+	s := newServer(t, nil)
+	var hooks atomic.Int32
+	s.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Before(func() {
+				hooks.Add(1)
+				c.Response().Header().Set("X-Served-By", "hook")
+			})
+			return next(c)
+		}
+	})
+	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }, mw(s.eng))
+	s.start()
+	first := s.do("POST", "/x", "k", "")
+	require.Equal(t, http.StatusCreated, first.status, "first: %v", first)
+	require.Equal(t, "hook", first.header.Get("X-Served-By"), "first: %v", first)
+	require.EqualValues(t, 1, hooks.Load(), "hooks run after the first response")
+	replay := s.do("POST", "/x", "k", "")
+	sameAsFirst(t, first, replay)
+	assert.Equal(t, "hook", replay.header.Get("X-Served-By"), "replay: %v", replay)
+	assert.EqualValues(t, 2, hooks.Load(), "hooks run after the replay")
+}
