@@ -12,13 +12,14 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echov5idem"
 )
 
 // adapter serves the suite's routes the way an Echo v5 app would: each
 // route with the idem middleware, the neutral handler mounted by
-// echo.WrapHandler.
+// echo.WrapHandler. It is a copy of the one in
+// echov5idem/conformance_test.go, which runs the suite on memstore; keep
+// them in step.
 var adapter = idemtest.Adapter{
 	Name:         "echov5",
 	FrameworkLog: true,
@@ -75,8 +76,4 @@ var adapter = idemtest.Adapter{
 		t.Cleanup(srv.Close)
 		return srv.URL, nil
 	},
-}
-
-func TestConformance(t *testing.T) {
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return memstore.New() })
 }

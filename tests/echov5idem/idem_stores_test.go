@@ -1,8 +1,7 @@
 package echov5idem_test
 
-// The adapter on the SQL stores. This file is moved to the tests module
-// (an adapter's module does not depend on pgstore, mysqlstore or their
-// drivers); until then it reaches the root module's internal fixtures.
+// The adapter on the SQL stores, here in the tests module: an adapter's
+// module does not depend on pgstore, mysqlstore or their drivers.
 
 import (
 	"testing"

@@ -11,6 +11,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestOuterGzip: with echo's Gzip middleware outside idem (e.Use(Gzip)
@@ -40,26 +42,17 @@ func TestOuterGzip(t *testing.T) {
 		body := w.Body.Bytes()
 		if w.Header().Get("Content-Encoding") == "gzip" {
 			zr, err := gzip.NewReader(bytes.NewReader(body))
-			if err != nil {
-				t.Fatalf("gzip response: %v", err)
-			}
-			if body, err = io.ReadAll(zr); err != nil {
-				t.Fatalf("gzip body: %v", err)
-			}
+			require.NoError(t, err, "gzip response")
+			body, err = io.ReadAll(zr)
+			require.NoError(t, err, "gzip body")
 		}
 		return w.Code, string(body), w.Header()
 	}
 	for i, gz := range []bool{true, true, false} {
 		status, body, hdr := send(gz)
-		if status != http.StatusCreated || body != payload {
-			t.Errorf("request %d (gzip %v): %d, body of %d bytes (want %d), Content-Encoding %q",
-				i, gz, status, len(body), len(payload), hdr.Get("Content-Encoding"))
-		}
-		if enc := hdr.Get("Content-Encoding"); (enc == "gzip") != gz {
-			t.Errorf("request %d (gzip %v): Content-Encoding %q", i, gz, enc)
-		}
+		assert.Equal(t, http.StatusCreated, status, "request %d (gzip %v)", i, gz)
+		assert.Equal(t, payload, body, "request %d (gzip %v): decoded body", i, gz)
+		assert.Equal(t, gz, hdr.Get("Content-Encoding") == "gzip", "request %d (gzip %v): Content-Encoding %q", i, gz, hdr.Get("Content-Encoding"))
 	}
-	if runs != 1 {
-		t.Errorf("handler ran %d times, want 1", runs)
-	}
+	assert.Equal(t, 1, runs, "handler runs")
 }

@@ -2,11 +2,11 @@ package echov5idem_test
 
 import (
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/labstack/echo/v5"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -15,23 +15,19 @@ import (
 
 // newEngine is an engine on a fresh memstore with one shared key space
 // (no scope function needed), and the store to inspect.
-func newEngine(t *testing.T) (*core.Engine, *memstore.Store) {
-	t.Helper()
+func newEngine(tb testing.TB) (*core.Engine, *memstore.Store) {
+	tb.Helper()
 	store := memstore.New()
 	eng, err := core.New(store, core.WithSharedKeySpace())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(tb, err, "core.New")
 	return eng, store
 }
 
 // mw builds the middleware, failing the test on a construction error.
-func mw(t *testing.T, eng *core.Engine, opts ...echov5idem.Option) echo.MiddlewareFunc {
-	t.Helper()
+func mw(tb testing.TB, eng *core.Engine, opts ...echov5idem.Option) echo.MiddlewareFunc {
+	tb.Helper()
 	m, err := echov5idem.New(eng, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(tb, err, "echov5idem.New")
 	return m
 }
 
@@ -49,5 +45,3 @@ func serve(e *echo.Echo, method, path, key string, body io.Reader) *httptest.Res
 func replayed(w *httptest.ResponseRecorder) bool {
 	return w.Header().Get(core.ReplayedHeader) == "true"
 }
-
-var _ http.Handler = (*echo.Echo)(nil)

@@ -10,8 +10,6 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/echov5idem"
 )
 
 const benchBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -42,11 +40,8 @@ func BenchmarkMiddleware(b *testing.B) {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	}
-	newEngine := func(b *testing.B) *core.Engine {
-		eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
-		if err != nil {
-			b.Fatal(err)
-		}
+	benchEngine := func(b *testing.B) *core.Engine {
+		eng, _ := newEngine(b)
 		return eng
 	}
 
@@ -58,7 +53,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 	b.Run("idem-first", func(b *testing.B) {
-		e := newEcho(benchMW(b, newEngine(b)))
+		e := newEcho(mw(b, benchEngine(b)))
 		keys := make([]string, 0, 1<<16)
 		for i := range cap(keys) {
 			keys = append(keys, "key-"+strconv.Itoa(i))
@@ -68,7 +63,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		for b.Loop() {
 			if i == len(keys) { // keep keys fresh without timing their creation
 				b.StopTimer()
-				e = newEcho(benchMW(b, newEngine(b)))
+				e = newEcho(mw(b, benchEngine(b)))
 				i = 0
 				b.StartTimer()
 			}
@@ -77,19 +72,11 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 	b.Run("idem-replay", func(b *testing.B) {
-		e := newEcho(benchMW(b, newEngine(b)))
+		e := newEcho(mw(b, benchEngine(b)))
 		serve(b, e, "the-key")
 		b.ReportAllocs()
 		for b.Loop() {
 			serve(b, e, "the-key")
 		}
 	})
-}
-
-func benchMW(b *testing.B, eng *core.Engine) echo.MiddlewareFunc {
-	m, err := echov5idem.New(eng)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return m
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v5"
-
-	"github.com/idemkit/idem/core"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestGlobalMiddlewareLeavesUnknownRoutesAlone: mounted with e.Use or
@@ -40,18 +40,14 @@ func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 	for _, key := range []string{"", "k-unknown"} {
 		for path, want := range cases {
 			w := serve(e, http.MethodPost, path, key, strings.NewReader("{}"))
-			if w.Code != want || w.Header().Get(core.ReplayedHeader) != "" {
-				t.Errorf("POST %s key=%q: %d %q, want echo's %d", path, key, w.Code, w.Body.String(), want)
-			}
+			assert.Equal(t, want, w.Code, "POST %s key=%q: echo's answer; body %q", path, key, w.Body.String())
+			assert.False(t, replayed(w), "POST %s key=%q: replayed", path, key)
 		}
 	}
-	if n := store.Len(); n != 0 {
-		t.Errorf("%d records after requests to unknown routes, want 0", n)
-	}
+	assert.Zero(t, store.Len(), "records after requests to unknown routes")
 	for _, path := range []string{"/v1/orders/1", "/g/orders/1"} {
-		if w := serve(e, http.MethodPost, path, "", strings.NewReader("{}")); w.Code != http.StatusBadRequest {
-			t.Errorf("known route %s without a key: %d, want 400 missing-key", path, w.Code)
-		}
+		w := serve(e, http.MethodPost, path, "", strings.NewReader("{}"))
+		assert.Equal(t, http.StatusBadRequest, w.Code, "known route %s without a key: 400 missing-key", path)
 	}
 }
 
@@ -67,20 +63,15 @@ func TestPreMiddlewareProtectsByPath(t *testing.T) {
 		runs++
 		return c.String(http.StatusCreated, "ok")
 	})
-	if w := serve(e, http.MethodPost, "/v1/orders/1", "", strings.NewReader("{}")); w.Code != http.StatusBadRequest {
-		t.Errorf("without a key under Pre: %d %q, want 400", w.Code, w.Body.String())
-	}
+	w := serve(e, http.MethodPost, "/v1/orders/1", "", strings.NewReader("{}"))
+	assert.Equal(t, http.StatusBadRequest, w.Code, "without a key under Pre; body %q", w.Body.String())
 	for i := range 2 {
 		w := serve(e, http.MethodPost, "/v1/orders/1", "k-pre", strings.NewReader("{}"))
-		if w.Code != http.StatusCreated || replayed(w) != (i == 1) {
-			t.Errorf("request %d under Pre: %d replayed=%v", i, w.Code, replayed(w))
-		}
+		assert.Equal(t, http.StatusCreated, w.Code, "request %d under Pre", i)
+		assert.Equal(t, i == 1, replayed(w), "request %d under Pre: replayed", i)
 	}
-	if runs != 1 {
-		t.Errorf("handler ran %d times, want 1", runs)
-	}
+	assert.Equal(t, 1, runs, "handler runs")
 	rec, err := store.Get(t.Context(), "", "k-pre")
-	if err != nil || rec.Route != "/v1/orders/1" {
-		t.Errorf("record route %q (%v), want the path /v1/orders/1", rec.Route, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, "/v1/orders/1", rec.Route, "record route: the path")
 }
