@@ -64,3 +64,33 @@ func TestSweep(t *testing.T) {
 		t.Error("Sweep(0) accepted")
 	}
 }
+
+// TestSweepMargin: Sweep keeps a record expired less than the retention
+// margin ago (DefaultRetentionMargin when unset) and deletes it once the
+// margin has passed. Stores whose clock runs ahead (tests only) see the
+// record expired 50 and 70 minutes ago.
+func TestSweepMargin(t *testing.T) {
+	db := mysqlstoretest.NewDB(t, "")
+	s := openStore(t, db)
+	req := claimReq("k", time.Minute)
+	req.Retention = time.Minute
+	res, err := s.Claim(t.Context(), req)
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	if err := s.Complete(t.Context(), storekit.Fence{Scope: "tenant", Key: "k", Token: res.Record.Token}, storekit.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ahead time.Duration
+		want  int
+	}{
+		{req.Retention + DefaultRetentionMargin - 10*time.Minute, 0},
+		{req.Retention + DefaultRetentionMargin + 10*time.Minute, 1},
+	} {
+		later := openStore(t, db, withClockOffset(c.ahead))
+		if n, err := later.Sweep(t.Context(), 10); err != nil || n != c.want {
+			t.Fatalf("Sweep %v after the claim: %d, %v; want %d", c.ahead, n, err, c.want)
+		}
+	}
+}
