@@ -51,8 +51,11 @@
 //     deleted it, gets a new, later one. Group "RelayKey" checks the
 //     consequence through the engine: one relay key for every attempt at
 //     a record (after a failure, after its owner died), another for a new
-//     record under the same key and body. The after-sweep case skips when
-//     the store has no sweep, or keeps expired records for a margin.
+//     record under the same key and body. The after-sweep case skips only
+//     when the store has neither Sweep nor Purge; a store whose sweep keeps
+//     expired records for a retention margin fails it unless it is run
+//     with that margin at zero (as pgstore, mysqlstore and sqlitestore run
+//     the suite: WithRetentionMargin(0)).
 //
 // A store that also implements the optional storekit.Watcher is checked to wake
 // a watch on each change a waiting duplicate acts on (claim, Fail, takeover,
