@@ -112,30 +112,39 @@ func TestMultiProcessChild(t *testing.T) {
 }
 
 // mpRequest claims key until it is completed, executing (one row in
-// executions) and completing when it wins the claim.
+// executions) and completing when it wins the claim. It watches the key
+// before each claim: Watch reports changes made after its call only
+// (storekit.Watcher), so a completion landing between a claim and a later
+// Watch would never wake it, and the goroutine would wait forever.
 func mpRequest(ctx context.Context, s *Store, db *sql.DB, key string, pid int) error {
 	req := storekit.ClaimRequest{Scope: "mp", Key: key, Method: "POST", Route: "/r", Fingerprint: "f",
 		Lease: time.Minute, Retention: time.Hour}
 	for {
-		res, err := s.Claim(ctx, req)
-		if err != nil {
+		done, err := func() (bool, error) {
+			ch, release := s.Watch(ctx, "mp", key)
+			defer release()
+			res, err := s.Claim(ctx, req)
+			if err != nil {
+				return true, err
+			}
+			if res.Claimed {
+				if _, err := db.ExecContext(ctx, "INSERT INTO executions (k, pid) VALUES (?, ?)", key, pid); err != nil {
+					return true, fmt.Errorf("execute: %w", err)
+				}
+				return true, s.Complete(ctx, storekit.Fence{Scope: "mp", Key: key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201})
+			}
+			if res.Record.Status == storekit.StatusCompleted {
+				return true, nil
+			}
+			// In flight in this process or the other: wait for a change.
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+			return false, nil
+		}()
+		if done {
 			return err
 		}
-		if res.Claimed {
-			if _, err := db.ExecContext(ctx, "INSERT INTO executions (k, pid) VALUES (?, ?)", key, pid); err != nil {
-				return fmt.Errorf("execute: %w", err)
-			}
-			return s.Complete(ctx, storekit.Fence{Scope: "mp", Key: key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201})
-		}
-		if res.Record.Status == storekit.StatusCompleted {
-			return nil
-		}
-		// In flight in this process or the other: wait for a change.
-		ch, release := s.Watch(ctx, "mp", key)
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
-		release()
 	}
 }
