@@ -6,7 +6,7 @@ PKGS        ?= $(addsuffix /...,$(MODULES))
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test consumer tidy model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-e2e fuzz chaos crash demo race-demo
+.PHONY: test consumer tidy model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-sqlite bench-e2e bench-far fuzz chaos crash demo race-demo
 
 ## test: go vet + the whole suite with the race detector, every module, plus the scratch-consumer
 ## check (scripts/consumer.sh: ginidem + core pull in no other integration's dependencies). Starts PostgreSQL and MariaDB first
@@ -58,35 +58,60 @@ lint:
 fmt:
 	gofmt -w .
 
-## bench: the benchmark suite recorded in BENCHMARKS.md (in-process, PostgreSQL, end to end)
-bench: bench-inproc bench-pg bench-mysql bench-e2e
+## bench: the benchmark suite recorded in BENCHMARKS.md (each target below names its sections there)
+bench: bench-inproc bench-pg bench-mysql bench-sqlite bench-e2e bench-far
 
-## bench-inproc: per-adapter and engine overhead on memstore, fiber vs fiber's idempotency middleware
+## bench-inproc: §1 and §7: per-adapter and engine overhead on memstore, fiberidem vs Fiber's idempotency middleware
 bench-inproc:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./tests/nethttpidem ./tests/ginidem ./tests/echoidem ./tests/fiberidem
 
-## bench-pg: pgstore claim+complete vs the raw-statement floor; wait-mode wake-up latency; cost of a step
+## bench-pg: §2 pgstore claim+complete vs the raw-statement floors (throughput and CPU), WithInsertFirst's
+## replay, NOTIFY cost, Tx's txid at BEGIN; §5 wait-mode wake-up; §6 the cost of a step
 bench-pg:
-	$(GO) test -run '^$$' -bench 'BenchmarkFloor/|BenchmarkNotifyCost' -benchtime 1500x -count 3 -timeout 30m ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkFloor/(plain|partitioned)/keys=random/workers=16$$' -benchtime 2000x -count 8 -timeout 30m ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkFloor/(plain|partitioned)/keys=random/workers=(1|64)$$' -benchtime 600x -count 3 -timeout 30m ./pgstore
 	IDEM_FLOOR_DIAG=1 $(GO) test -run '^$$' -bench 'BenchmarkFloorCPU' -benchtime 4000x -count 3 ./pgstore
-	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./core ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkConformance/(plain|plain-optimistic)/ClaimReplay/Serial' -benchmem -count 4 ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkNotifyCost' -benchtime 1500x -count 3 ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkTxFirstExecution' -benchtime 4000x ./pgstore
+	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x -count 2 ./core ./pgstore
 	$(GO) test -run '^$$' -bench 'BenchmarkStep' -benchtime 1500x -count 3 -timeout 20m ./pgstore
 
-## bench-mysql: mysqlstore claim+complete vs its own raw statements (alternating, same run); replay; wait-mode wake-up; e2e vs ledger-insert-only
+## bench-mysql: §2 mysqlstore claim+complete vs its own raw statements (alternating, same run), replays
+## (CALL vs WithReadFirst); §5 wait-mode wake-up by polling; §3 e2e on MariaDB vs ledger-insert-only,
+## and the same command on PostgreSQL for reference
 bench-mysql:
 	$(GO) test -run '^$$' -bench 'BenchmarkClaimComplete' -benchtime 1500x -count 3 -timeout 20m ./mysqlstore
 	$(GO) test -run '^$$' -bench 'BenchmarkConformance/ClaimReplay' -benchtime 2000x -count 3 ./mysqlstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./mysqlstore
 	$(GO) test -run '^$$' -bench 'BenchmarkReplay$$' -benchtime 4000x -count 2 ./mysqlstore
 	$(GO) run ./examples/loadgen -dsn 'mysql://root@127.0.0.1:3306/test' -targets idem,baseline -logs off -requests 3000 -dups 0,30,90
+	$(GO) run ./examples/loadgen -targets idem,baseline -logs off -requests 3000 -dups 0,30,90
 
-## bench-e2e: examples/payments on pgstore under the loopback load driver, vs ledger-insert-only
+## bench-sqlite: §2 sqlitestore claim+complete vs its own statements and a naive floor; replay cost
+bench-sqlite:
+	$(GO) test -run '^$$' -bench 'BenchmarkClaimComplete' -benchtime 1500x -count 3 ./sqlitestore
+	$(GO) test -run '^$$' -bench 'BenchmarkConformance' -benchtime 2000x -count 1 ./sqlitestore
+
+## bench-e2e: §3 examples/payments on pgstore under the loopback load driver vs the article's design and
+## the bare endpoint: as shipped, with -batching, the two in one run (scripts/bench-batching.sh),
+## PostgreSQL alone per design (scripts/pgfloor.sh), logging on and off, pool sizing
 bench-e2e:
+	$(GO) run ./examples/loadgen -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 1500 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16
+	$(GO) run ./examples/loadgen -payments-flags -batching -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 6000 -rounds 6 -warmup 300 -dups 0,30,90 -pool 16
+	scripts/bench-batching.sh -requests 6000 -rounds 4 -warmup 300 -dups 0,30 -pool 16
+	scripts/pgfloor.sh 8
 	$(GO) run ./examples/loadgen -requests 3000 -rounds 3 -concurrency 16 -dups 0,30,90 -logs default,off
 	$(GO) run ./examples/loadgen -requests 1500 -concurrency 32 -dups 0 -pool 32 -pools 4,8 -provider-latency 50ms
-	$(GO) run ./examples/loadgen -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 1500 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16
-	$(GO) run ./examples/loadgen -provider-http -db-rtt 2ms -targets idem,idem-nostep,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16
-	scripts/pgfloor.sh 8
+
+## bench-far: §4 the same servers with the database a round trip away (loadgen -db-rtt: a relay on
+## 127.0.0.1), as shipped at 0, 0.5, 1, 2 and 5 ms; -batching against as shipped at 2 ms
+bench-far:
+	@for rtt in 0 0.5ms 1ms 2ms 5ms; do \
+		echo "loadgen -db-rtt $$rtt"; \
+		$(GO) run ./examples/loadgen -provider-http -db-rtt $$rtt -targets idem,idem-nostep,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16 || exit 1; \
+	done
+	scripts/bench-batching.sh -db-rtt 2ms -requests 3000 -rounds 3 -warmup 200 -dups 0,90
 
 ## fuzz: each fuzz target for FUZZTIME
 fuzz:
