@@ -28,11 +28,26 @@
 //     serves goes on to fiber's own 404 or 405 untouched.
 //   - The body is fingerprinted as received (c.Request().Body()): a body
 //     sent with Content-Encoding: gzip, deflate or br is hashed compressed,
-//     as the other adapters hash it, and never inflated by idem (c.Body()
-//     would inflate it without bound). It is read only for a request idem
-//     protects, after the method, route, key and scope checks. The handler
-//     reads it with c.Body() as usual. With fiber.Config.StreamRequestBody
-//     the stream is read up to core.WithMaxRequestBytes and handed back.
+//     as the other adapters hash it. It is read only for a request idem
+//     protects, after the method, route, key and scope checks. With
+//     fiber.Config.StreamRequestBody the stream is read up to
+//     core.WithMaxRequestBytes and handed back.
+//   - fiber's c.Body() inflates a compressed body without any bound: a
+//     request of 1 MiB can inflate to gigabytes. Every request that passes
+//     through idem (protected or not, but not one WithSkip skips) has its
+//     body decoded by idem instead, up to core.WithMaxRequestBytes, and
+//     Content-Encoding removed, so the handler's c.Body() returns the
+//     bounded, decoded bytes. A body that inflates past the limit gets 413,
+//     one that does not decode 400, an unknown coding 415; the handler does
+//     not run, and for a protected request the answer is recorded. On a
+//     route without idem, or one WithSkip skips, do not call c.Body() on a
+//     body a client may compress: read c.Request().Body() (the bytes as
+//     received) or decode it with a bound of your own.
+//   - fasthttp reads the whole request body, sized by its Content-Length,
+//     before any handler or idem runs. Set fiber.Config.BodyLimit to what a
+//     payments body needs (examples/payments: 64 KiB; fiber's default is
+//     4 MiB per connection) and fiber.Config.ReadTimeout, or set
+//     StreamRequestBody so that idem reads the body within its own bound.
 //   - The handler's context is c.UserContext(), which carries the lease;
 //     the previous user context is restored when the handler returns.
 //   - An error returned by the handler is rendered by the app's error

@@ -65,13 +65,16 @@ func New(eng *core.Engine, opts ...Option) (fiber.Handler, error) {
 	if err := eng.CheckScope("fiberidem.WithScope", cfg.scope != nil); err != nil {
 		return nil, err
 	}
-	m := &middleware{eng: eng, cfg: cfg}
+	m := &middleware{eng: eng, cfg: cfg, maxBody: eng.Policy().MaxRequestBytes}
 	return m.handle, nil
 }
 
 type middleware struct {
 	eng *core.Engine
 	cfg config
+	// maxBody bounds a compressed body once decoded (boundBody): the
+	// engine's request limit, core.WithMaxRequestBytes.
+	maxBody int64
 }
 
 // defaultRoute returns the route, and whether it is the request path
@@ -244,12 +247,25 @@ type exchange struct {
 
 func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	c := x.c
+	if d != nil {
+		x.maxResponse = d.MaxResponseBytes
+		if d.BodyRead {
+			c.Request().SetBodyRaw(d.Body) // the stream the engine read
+		}
+	}
+	if err := boundBody(c, x.m.maxBody); err != nil {
+		// Rendered and, for a protected request, recorded like a
+		// handler's error: the same bytes always get the same answer.
+		if d != nil {
+			x.saved = snapshotHeader(&c.Response().Header)
+			if catch := c.App().ErrorHandler(c, err); catch != nil {
+				_ = c.SendStatus(fiber.StatusInternalServerError)
+			}
+		}
+		return err
+	}
 	if d == nil {
 		return c.Next()
-	}
-	x.maxResponse = d.MaxResponseBytes
-	if d.BodyRead {
-		c.Request().SetBodyRaw(d.Body) // the stream the engine read
 	}
 	parent := c.UserContext()
 	c.SetUserContext(ctx)
