@@ -137,3 +137,82 @@ func TestHandlerBodyDecodedWithinLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestFingerprintIsOfBytesReceived: the fingerprint covers the body as
+// received (compressed), as every other adapter hashes it, while the
+// handler still reads it decompressed through c.Body().
+func TestFingerprintIsOfBytesReceived(t *testing.T) {
+	const plain = `{"amount":1000}`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(plain))
+	_ = zw.Close()
+
+	store := memstore.New()
+	eng, err := core.New(store, core.WithSharedKeySpace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := fiberidem.New(eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen string
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Post("/v1/payments", mw, func(c *fiber.Ctx) error {
+		seen = string(c.Body())
+		return c.Status(http.StatusCreated).SendString("ok")
+	})
+	req := httptest.NewRequest(http.MethodPost, "/v1/payments", bytes.NewReader(gz.Bytes()))
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set("Idempotency-Key", "k-gz")
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || seen != plain {
+		t.Fatalf("first: %d, handler saw %q, want 201 and %q", resp.StatusCode, seen, plain)
+	}
+	rec, err := store.Get(t.Context(), "", "k-gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := core.Fingerprint(core.FingerprintInput{Method: "POST", Route: "/v1/payments", Target: "/v1/payments", Body: gz.Bytes()})
+	if rec.Fingerprint != want {
+		t.Errorf("fingerprint %s, want %s (over the gzip bytes as received)", rec.Fingerprint, want)
+	}
+}
+
+// TestStreamedRequestBody: with fiber.Config.StreamRequestBody the engine
+// reads the stream (up to its limit) and the handler still gets the body.
+func TestStreamedRequestBody(t *testing.T) {
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace(), core.WithMaxRequestBytes(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := fiberidem.New(eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true, StreamRequestBody: true, BodyLimit: 1 << 10})
+	app.Post("/echo", mw, func(c *fiber.Ctx) error { return c.Status(http.StatusCreated).Send(c.Body()) })
+	for _, tc := range []struct {
+		key  string
+		size int
+		want int
+	}{{"k-small", 100, http.StatusCreated}, {"k-large", 32 << 10, http.StatusCreated}, {"k-over", 128 << 10, http.StatusRequestEntityTooLarge}} {
+		body := bytes.Repeat([]byte("x"), tc.size)
+		req := httptest.NewRequest(http.MethodPost, "/echo", bytes.NewReader(body))
+		req.Header.Set("Idempotency-Key", tc.key)
+		resp, err := app.Test(req, -1)
+		if err != nil {
+			t.Fatalf("%d bytes: %.80v", tc.size, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == http.StatusCreated && !bytes.Equal(got, body)) {
+			t.Errorf("%d bytes: %d, %d bytes back, want %d and the body", tc.size, resp.StatusCode, len(got), tc.want)
+		}
+	}
+}
