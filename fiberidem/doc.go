@@ -44,10 +44,14 @@
 //     body a client may compress: read c.Request().Body() (the bytes as
 //     received) or decode it with a bound of your own.
 //   - fasthttp reads the whole request body, sized by its Content-Length,
-//     before any handler or idem runs. Set fiber.Config.BodyLimit to what a
-//     payments body needs (examples/payments: 64 KiB; fiber's default is
-//     4 MiB per connection) and fiber.Config.ReadTimeout, or set
-//     StreamRequestBody so that idem reads the body within its own bound.
+//     before any handler or idem runs: fiber's default BodyLimit lets every
+//     connection that declares 4 MB take 4 MB, however slowly it sends.
+//     Set fiber.Config.StreamRequestBody, so that idem reads the body
+//     within core.WithMaxRequestBytes (examples/payments does), or a
+//     BodyLimit that fits a payments body; and fiber.Config.ReadTimeout,
+//     which cuts a client that sends slowly. With StreamRequestBody, a
+//     handler on a request idem passes through (a GET, a request WithSkip
+//     skips) that calls c.Body() reads the stream without BodyLimit.
 //   - The handler's context is c.UserContext(), which carries the lease;
 //     the previous user context is restored when the handler returns.
 //   - An error returned by the handler is rendered by the app's error

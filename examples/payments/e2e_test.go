@@ -294,6 +294,7 @@ func startServer(t *testing.T, bin string, env []string, args ...string) string 
 // process is a server started by startProcess.
 type process struct {
 	base string
+	pid  int
 	// kill SIGKILLs the server (a crash: nothing is flushed or committed)
 	// and waits for it to exit; the end of the test then expects it gone.
 	kill func()
@@ -386,7 +387,7 @@ func startProcess(t *testing.T, bin string, env []string, args ...string) proces
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return process{base: base, kill: func() {
+				return process{base: base, pid: cmd.Process.Pid, kill: func() {
 					killed.Store(true)
 					_ = cmd.Process.Kill()
 					<-exited

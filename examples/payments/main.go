@@ -443,13 +443,25 @@ func schemaFromSearchPath(sp string) string {
 	return first
 }
 
+// readTimeout bounds reading a request, headers and body, on every server
+// (fiber's ReadTimeout, net/http's ReadHeaderTimeout and ReadTimeout): a
+// client that sends slowly is cut off after it (TestSlowBodies), and on
+// fiber a connection that never sends a request stops holding a graceful
+// shutdown (TestShutdownWithSilentConnection).
+const readTimeout = 5 * time.Second
+
 // serveHTTP serves h on ln until ctx is done, then shuts down gracefully:
 // requests in flight finish (and commit) before it returns.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: readTimeout,
+		// A body that trickles would otherwise hold its connection and
+		// goroutine for as long as the client likes. The deadline covers
+		// the whole request read, not the handler: a payment that takes
+		// longer still completes.
+		ReadTimeout: readTimeout,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -14,11 +14,6 @@ import (
 	"github.com/idemkit/idem/fiberidem"
 )
 
-// fiberReadTimeout bounds reading a request on fiber, and so how long a
-// connection that never sends one can delay a graceful shutdown
-// (TestShutdownWithSilentConnection).
-const fiberReadTimeout = 5 * time.Second
-
 // serveFiber mounts the service on fiber with fiberidem. fiber runs on
 // fasthttp, not net/http, so it has its own server loop.
 func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
@@ -28,11 +23,16 @@ func serveFiber(ctx context.Context, ln net.Listener, a *app) error {
 		// as busy, and its graceful shutdown waits for it: a client that
 		// opened a connection and never used it (Go's transport dials
 		// spares) would hold SIGTERM for the whole shutdown timeout. The
-		// read timeout closes such a connection (and bounds slow clients,
-		// as ReadHeaderTimeout does for net/http). Keep-alive connections
-		// may idle longer.
-		ReadTimeout: fiberReadTimeout,
+		// read timeout closes such a connection, and cuts a client that
+		// sends its request slowly. Keep-alive connections may idle longer.
+		ReadTimeout: readTimeout,
 		IdleTimeout: time.Minute,
+		// fasthttp otherwise reads the whole body, sized by the declared
+		// Content-Length (up to BodyLimit, 4 MiB), before any handler runs:
+		// 500 connections that declare 4 MB and trickle a byte took 2 GB.
+		// Streamed, a connection holds at most 8 KiB until idem reads the
+		// body, within core.WithMaxRequestBytes and readTimeout.
+		StreamRequestBody: true,
 	})
 	idem, err := fiberidem.New(a.eng, fiberidem.WithScope(func(c *fiber.Ctx) (string, error) {
 		if u, _ := c.Locals("user").(string); u != "" {
