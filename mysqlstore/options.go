@@ -152,7 +152,7 @@ func WithDeadlockRetries(n int) Option {
 // claim procedure only when the key is missing or claimable. A replay or an
 // in-flight duplicate (and every poll of a waiting one) then costs one
 // SELECT instead of one CALL — cheaper, as measured in BENCHMARKS.md
-// §7.1 — while a first execution or a takeover costs a
+// §2 — while a first execution or a takeover costs a
 // second round trip before its CALL. Worth it where retries are common
 // (clients that retry aggressively, wait mode with many waiters); a first
 // execution's cost is dominated by its commits anyway.

@@ -18,7 +18,7 @@ import (
 // WithBatching: the bare inserts into one multi-row insert (sql
 // claimNews), the claim function's calls into one call per row (sql
 // claimFns). On a CPU-bound database most of a claim's cost is per
-// statement and per transaction, not per row (BENCHMARKS.md §4.000000), so
+// statement and per transaction, not per row (BENCHMARKS.md §3, scripts/pgfloor.sh), so
 // n claims in one statement cost far less than n statements.
 //
 // Each row is its own claim: the insert's ON CONFLICT DO NOTHING skips a

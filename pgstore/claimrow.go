@@ -16,7 +16,7 @@ import (
 // column count, then per column its type OID, its length (-1 for NULL) and
 // its bytes in the type's binary form. Decoding by hand costs a few
 // comparisons per column where pgx's generic Scan plans every destination
-// on every call (BENCHMARKS.md §3.0). Every OID is checked: a value of an
+// on every call (BENCHMARKS.md §2). Every OID is checked: a value of an
 // unexpected type is an error, never a misread.
 
 // claimRowColumns is the shape of the composite type of migration 0004.

@@ -16,7 +16,7 @@ import (
 // complete (completeTx, which raises when its fence matches nothing), one
 // request after the other in (scope, key) order. On a CPU-bound database
 // a transaction's cost is mostly per round trip and per commit, not per
-// statement (BENCHMARKS.md §4.000000), so n completes in one transaction
+// statement (BENCHMARKS.md §3, scripts/pgfloor.sh), so n completes in one transaction
 // cost far less than n.
 //
 // A request's writes and its response still commit together or not at

@@ -167,7 +167,7 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 // WithInsertFirst makes Claim send a bare INSERT ... ON CONFLICT DO
 // NOTHING first, and the claim-or-read function only when the key already
 // exists. A first execution then skips the PL/pgSQL call (its cost is
-// measured in BENCHMARKS.md §3.0 and §4); a duplicate, replay or takeover
+// measured in BENCHMARKS.md §2 and §3); a duplicate, replay or takeover
 // costs a second statement and round trip. The store adapts: while more
 // than a quarter of recent claims (about the last 32) find their key
 // existing, as in a retry storm, it calls the function first (one
@@ -217,7 +217,7 @@ func WithOptimisticClaim() Option { return WithInsertFirst() }
 // near (on the same host, or a busy primary): there it cut PostgreSQL's CPU
 // per first execution by about half, and raised throughput by a fifth.
 // Where each round trip costs time (a database across a network) it makes
-// requests slower; BENCHMARKS.md §4.0000000 has both.
+// requests slower; BENCHMARKS.md §3 and §4 have both.
 //
 // Default: off (every request sends its own statements).
 func WithBatching() Option {
@@ -240,7 +240,8 @@ func WithBatching() Option {
 // A store whose handlers all relay a key gains nothing from it: SyncClaim
 // then costs every first execution one more round trip and row version
 // than a synchronous claim, for the same flushes (examples/payments keeps
-// synchronous claims for that reason; BENCHMARKS.md §4.00).
+// synchronous claims for that reason; BENCHMARKS.md §6 measures what
+// one more synchronous commit costs).
 //
 // Do not use it when handlers have effects outside the database without a
 // relayed key: a crash and quick recovery of the database during such a

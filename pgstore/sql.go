@@ -34,7 +34,7 @@ type statements struct {
 // when the key exists runs the claim-or-read statement below (claimFull),
 // unchanged. (Sending the fast path as plain SQL in the statement, with the
 // slow path in a gated UNION ALL branch, was measured slower for first
-// executions and replays alike: BENCHMARKS.md §3.0.)
+// executions and replays alike: BENCHMARKS.md §2.)
 //
 // The claim-or-read statement, in both modes, is one statement with three
 // parts (CTEs):

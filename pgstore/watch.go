@@ -27,7 +27,7 @@ import (
 //     transaction after the record's has committed: a NOTIFY inside the
 //     completing transaction would hold PostgreSQL's notify lock across
 //     the commit's WAL flush and serialise all notifying commits
-//     (BENCHMARKS.md §3.1); a separate read-only transaction has no flush.
+//     (BENCHMARKS.md §2); a separate read-only transaction has no flush.
 //   - The listener wakes the waiters registered under the payload. It
 //     stops and closes its connection listenLinger after the last waiter
 //     leaves: long enough that a waiter re-arming after a wake-up, or the

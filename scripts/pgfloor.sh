@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pgfloor.sh: what PostgreSQL alone spends per first execution of each
-# design of BENCHMARKS.md §4, with no Go in the way. pgbench replays the
+# design of BENCHMARKS.md §3, with no Go in the way. pgbench replays the
 # statements each server sends (same SQL shapes, same round trips: a
 # pipeline is one round trip) against a scratch schema; the whole machine's
 # CPU per transaction (PostgreSQL and pgbench) and the transactions per
