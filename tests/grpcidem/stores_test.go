@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -76,34 +78,25 @@ var pgCrash = crashDB{
 	setup: func(t *testing.T) (string, func() (int, int, int, int)) {
 		pool := pgstoretest.Pool(t)
 		schema := pgstoretest.Schema(t, pool)
-		if err := pgstore.Migrate(t.Context(), pool, pgstore.WithSchema(schema)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, pgstore.Migrate(t.Context(), pool, pgstore.WithSchema(schema)))
 		ledger, provider := pgx.Identifier{schema, "ledger"}.Sanitize(), pgx.Identifier{schema, "provider"}.Sanitize()
 		for _, q := range []string{
 			"CREATE TABLE " + ledger + " (payment text NOT NULL)", // no unique constraint: a double booking shows
 			"CREATE TABLE " + provider + " (relay_key text PRIMARY KEY, payment text NOT NULL, attempts int NOT NULL)",
 		} {
-			if _, err := pool.Exec(t.Context(), q); err != nil {
-				t.Fatal(err)
-			}
+			_, err := pool.Exec(t.Context(), q)
+			require.NoError(t, err)
 		}
 		return schema, func() (booked, distinct, charged, recharged int) {
-			if err := pool.QueryRow(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM "+ledger).Scan(&booked, &distinct); err != nil {
-				t.Fatal(err)
-			}
-			if err := pool.QueryRow(t.Context(), "SELECT count(*), count(*) FILTER (WHERE attempts > 1) FROM "+provider).Scan(&charged, &recharged); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM "+ledger).Scan(&booked, &distinct))
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*), count(*) FILTER (WHERE attempts > 1) FROM "+provider).Scan(&charged, &recharged))
 			return
 		}
 	},
 	open: func(t *testing.T, schema string) (core.Store, func(context.Context, string) error, func(context.Context, string, string) error) {
 		pool := pgstoretest.Pool(t)
 		store, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithTransactional())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(store.Close)
 		ledger, provider := pgx.Identifier{schema, "ledger"}.Sanitize(), pgx.Identifier{schema, "provider"}.Sanitize()
 		return store, func(ctx context.Context, p string) error {
@@ -124,24 +117,17 @@ var myCrash = crashDB{
 	setup: func(t *testing.T) (string, func() (int, int, int, int)) {
 		cfg := mysqlstoretest.Database(t, "")
 		db := mysqlstoretest.Open(t, cfg)
-		if err := mysqlstore.Migrate(t.Context(), db); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, mysqlstore.Migrate(t.Context(), db))
 		for _, q := range []string{
 			"CREATE TABLE ledger (id BIGINT AUTO_INCREMENT PRIMARY KEY, payment VARCHAR(64) NOT NULL)",
 			"CREATE TABLE provider (relay_key VARCHAR(64) PRIMARY KEY, payment VARCHAR(64) NOT NULL, attempts INT NOT NULL)",
 		} {
-			if _, err := db.ExecContext(t.Context(), q); err != nil {
-				t.Fatal(err)
-			}
+			_, err := db.ExecContext(t.Context(), q)
+			require.NoError(t, err)
 		}
 		return cfg.DBName, func() (booked, distinct, charged, recharged int) {
-			if err := db.QueryRowContext(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM ledger").Scan(&booked, &distinct); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.QueryRowContext(t.Context(), "SELECT count(*), coalesce(sum(attempts > 1), 0) FROM provider").Scan(&charged, &recharged); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, db.QueryRowContext(t.Context(), "SELECT count(*), count(DISTINCT payment) FROM ledger").Scan(&booked, &distinct))
+			require.NoError(t, db.QueryRowContext(t.Context(), "SELECT count(*), coalesce(sum(attempts > 1), 0) FROM provider").Scan(&charged, &recharged))
 			return
 		}
 	},
@@ -150,9 +136,7 @@ var myCrash = crashDB{
 		cfg.DBName = name
 		db := mysqlstoretest.Open(t, cfg)
 		store, err := mysqlstore.New(db)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(store.Close)
 		return store, func(ctx context.Context, p string) error {
 				tx, err := mysqlstore.Tx(ctx)
@@ -190,24 +174,18 @@ func crashTwoServers(t *testing.T, top string, cdb crashDB) {
 	seen := map[string]bool{}
 	for i := 0; len(seen) < 2 && i < 50; i++ {
 		var out wrapperspb.StringValue
-		if err := cc.Invoke(ctx, grpcidemtest.Lookup, wrapperspb.String("x"), &out); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cc.Invoke(ctx, grpcidemtest.Lookup, wrapperspb.String("x"), &out))
 		seen[out.GetValue()] = true
 	}
-	if len(seen) < 2 {
-		t.Fatalf("only %v answered", seen)
-	}
+	require.Len(t, seen, 2, "servers that answered")
 
 	var wg sync.WaitGroup
 	for i := range payments {
 		wg.Go(func() {
 			var out wrapperspb.StringValue
 			p := fmt.Sprintf("pay-%d", i)
-			if err := cc.Invoke(ctx, grpcidemtest.Charge, wrapperspb.String(p), &out); err != nil {
-				t.Errorf("%s: %v", p, err)
-			} else if out.GetValue() != "booked "+p {
-				t.Errorf("%s: answered %q", p, out.GetValue())
+			if assert.NoError(t, cc.Invoke(ctx, grpcidemtest.Charge, wrapperspb.String(p), &out), p) { // not require: in a goroutine
+				assert.Equal(t, "booked "+p, out.GetValue(), p)
 			}
 		})
 	}
@@ -215,20 +193,16 @@ func crashTwoServers(t *testing.T, top string, cdb crashDB) {
 	select {
 	case <-midcall:
 	case <-ctx.Done():
-		t.Fatal("no call reached the hanging server")
+		require.Fail(t, "no call reached the hanging server")
 	}
-	if err := hang.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, hang.Process.Kill())
 	wg.Wait()
 
 	booked, distinct, charged, recharged := counts()
-	if booked != payments || distinct != payments || charged != payments {
-		t.Fatalf("%d ledger rows (%d payments), %d provider charges; want %d of each", booked, distinct, charged, payments)
-	}
-	if recharged == 0 {
-		t.Fatalf("no charge was retried: the killed server's calls were not taken over mid-call")
-	}
+	assert.Equal(t, payments, booked, "ledger rows")
+	assert.Equal(t, payments, distinct, "payments in the ledger")
+	assert.Equal(t, payments, charged, "provider charges")
+	require.NotZero(t, recharged, "charges retried: the killed server's calls were not taken over mid-call")
 	t.Logf("%d payments, %d taken over after the SIGKILL", payments, recharged)
 }
 
@@ -239,12 +213,8 @@ func spawnServer(t *testing.T, top, mode, db string) (*exec.Cmd, string, <-chan 
 	cmd.Env = append(os.Environ(), envServer+"="+mode, envDB+"="+db)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -266,7 +236,7 @@ func spawnServer(t *testing.T, top, mode, db string) (*exec.Cmd, string, <-chan 
 			return cmd, addr, midcall
 		}
 	}
-	t.Fatalf("%s server ended before listening", mode)
+	require.FailNowf(t, "server ended before listening", "%s server", mode)
 	return nil, "", nil
 }
 
@@ -274,14 +244,10 @@ func spawnServer(t *testing.T, top, mode, db string) (*exec.Cmd, string, <-chan 
 func crashServer(t *testing.T, mode string, cdb crashDB, db string) {
 	store, book, charge := cdb.open(t, db)
 	e, err := core.New(store, core.WithLease(time.Second), core.WithWait(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ic, err := grpcidem.UnaryServerInterceptor(e, grpcidem.WithMethods(grpcidemtest.Charge),
 		grpcidem.WithScope(func(context.Context) (string, error) { return "shop", nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic))
 	grpcidemtest.Register(srv, func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		p := in.GetValue()
