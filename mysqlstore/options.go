@@ -98,12 +98,6 @@ func WithTxPool(db *sql.DB) Option {
 	return optionFunc(func(c *config) { c.SetTxDB(db) })
 }
 
-// WithTxDB is WithTxPool under its former name.
-//
-// Deprecated: use WithTxPool (the name pgstore uses); WithTxDB will be
-// removed in the next release.
-func WithTxDB(db *sql.DB) Option { return WithTxPool(db) }
-
 // WithTxOptions sets the options Tx begins business transactions with
 // (isolation level, read-only). nil means the server's defaults.
 //

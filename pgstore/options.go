@@ -180,13 +180,6 @@ func WithInsertFirst() Option {
 	return optionFunc(func(c *config) { c.optimisticClaim = true })
 }
 
-// WithOptimisticClaim is WithInsertFirst under its former name.
-//
-// Deprecated: use WithInsertFirst (named like mysqlstore.WithReadFirst,
-// the opposite strategy: each says what Claim sends first);
-// WithOptimisticClaim will be removed in the next release.
-func WithOptimisticClaim() Option { return WithInsertFirst() }
-
 // WithBatching makes concurrent requests share statements, as PostgreSQL
 // shares one WAL flush among concurrent commits. While a statement of a
 // kind is in flight, the requests that arrive queue, and the next

@@ -71,11 +71,11 @@ func WithRetentionMargin(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.SetMargin(d) })
 }
 
-// WithTxDB sets the pool Tx begins business transactions on. It must open
+// WithTxPool sets the pool Tx begins business transactions on. It must open
 // the same database file as the store's pool.
 //
 // Default: the *sql.DB passed to New.
-func WithTxDB(db *sql.DB) Option {
+func WithTxPool(db *sql.DB) Option {
 	return optionFunc(func(c *config) { c.SetTxDB(db) })
 }
 
