@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/storekit"
@@ -26,75 +25,14 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if req.RouteIsPath {
 		route = ""
 	}
-	if !e.cfg.methods[method] && !req.call {
-		return e.bypass(route), nil
+	key, scope, early := e.admit(ctx, &req, method, route)
+	if early != nil {
+		return early, nil
 	}
-	if _, nested := LeaseFromContext(ctx); nested {
-		// idem mounted twice (globally and on the route), or a handler
-		// serving an internal request on its own context: the execution is
-		// already owned; claiming again would only refuse ourselves.
-		return e.bypass(route), nil
+	body, read, early := e.requestBody(ctx, &req, key, route)
+	if early != nil {
+		return early, nil
 	}
-	if req.NoRoute != nil && req.NoRoute() {
-		// No route matches (idem mounted globally, a scanner's path): the
-		// framework's own 404 or 405 goes out; no key is required and no
-		// record is written for a path nobody serves. The raw path is not
-		// a route: the event carries none.
-		return e.bypass(""), nil
-	}
-	key, err := ParseKey(req.values(e.cfg.header))
-	if errors.Is(err, ErrKeyMissing) {
-		if !e.cfg.required {
-			// Named, so a staged roll-out can count the clients that send
-			// no key yet before requiring one.
-			e.observe(Event{Kind: EventBypass, Problem: ProblemMissingKey, Route: route})
-			return &Decision{Outcome: Bypass, eng: e}, nil
-		}
-		return e.reject(ctx, route, ProblemMissingKey, "the "+e.cfg.header+" header is required for "+method+" requests", nil), nil
-	}
-	if err != nil {
-		return e.reject(ctx, route, ProblemInvalidKey, err.Error(), nil), nil
-	}
-	scope, err := e.scopeOf(ctx, &req)
-	if err == nil && scope == "" && !e.cfg.sharedKeySpace {
-		// No tenant, however it came about (no Request.Scope, or a scope
-		// function answering ("", nil)): the "" key space is shared by
-		// every such request, so it is refused unless the engine opted in.
-		err = ErrNoScope
-	}
-	if err != nil {
-		// The scope function's error says why (no session, auth backend
-		// down): logged and in the event, never in the answer.
-		err = e.scrub(fmt.Errorf("idem: scope: %w", err), key)
-		return e.reject(ctx, route, ProblemScopeUnavailable, "the request's tenant could not be determined", err), nil
-	}
-
-	var (
-		body     []byte
-		tooLarge bool
-	)
-	inMemory := req.BodyBytes
-	if req.BodyBytesFunc != nil {
-		// Asked only now, after every check above: nothing is read for a
-		// request refused or let through.
-		if inMemory = req.BodyBytesFunc(); inMemory == nil {
-			inMemory = []byte{}
-		}
-	}
-	read := inMemory == nil
-	if read {
-		body, tooLarge, err = readBody(req.Body, e.cfg.maxRequest)
-	} else {
-		body, tooLarge = inMemory, int64(len(inMemory)) > e.cfg.maxRequest
-	}
-	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
-		return e.reject(ctx, route, ProblemBodyTooLarge, "the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes", nil), nil
-	}
-	if err != nil {
-		// The client went away or sent a broken body; nothing was claimed.
-		return e.reject(ctx, route, ProblemBodyUnreadable, "the request body could not be read", e.scrub(err, key)), nil
-	}
-
 	claim := storekit.ClaimRequest{
 		Scope:  scope,
 		Key:    key,
@@ -111,129 +49,89 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if read {
 		d.Body = body
 	}
+	return e.claim(ctx, d, claim, &req, body)
+}
 
-	var deadline time.Time
-	if e.cfg.wait > 0 {
-		deadline = e.cfg.now().Add(e.cfg.wait)
+// admit runs the checks that need no body and no store: the method, a
+// nested mount, an unrouted path, the key and the scope. A non-nil
+// Decision ends the request there (Bypass or Reject).
+func (e *Engine) admit(ctx context.Context, req *Request, method, route string) (key, scope string, early *Decision) {
+	if !e.cfg.methods[method] && !req.call {
+		return "", "", e.bypass(route)
 	}
-	poll := e.cfg.waitPoll
-	watcher, _ := e.store.(storekit.Watcher)
-	var changed <-chan struct{}
-	unwatch := func() {}
-	defer func() { unwatch() }()
-	arm := func() {
-		changed, unwatch = watcher.Watch(ctx, scope, key)
-		if unwatch == nil {
-			unwatch = func() {}
+	if _, nested := LeaseFromContext(ctx); nested {
+		// idem mounted twice (globally and on the route), or a handler
+		// serving an internal request on its own context: the execution is
+		// already owned; claiming again would only refuse ourselves.
+		return "", "", e.bypass(route)
+	}
+	if req.NoRoute != nil && req.NoRoute() {
+		// No route matches (idem mounted globally, a scanner's path): the
+		// framework's own 404 or 405 goes out; no key is required and no
+		// record is written for a path nobody serves. The raw path is not
+		// a route: the event carries none.
+		return "", "", e.bypass("")
+	}
+	key, err := ParseKey(req.values(e.cfg.header))
+	if errors.Is(err, ErrKeyMissing) {
+		if !e.cfg.required {
+			// Named, so a staged roll-out can count the clients that send
+			// no key yet before requiring one.
+			e.observe(Event{Kind: EventBypass, Problem: ProblemMissingKey, Route: route})
+			return "", "", &Decision{Outcome: Bypass, eng: e}
 		}
-		if changed == nil { // a storekit.Watcher that cannot watch: poll instead
-			watcher = nil
+		return "", "", e.reject(ctx, route, ProblemMissingKey, "the "+e.cfg.header+" header is required for "+method+" requests", nil)
+	}
+	if err != nil {
+		return "", "", e.reject(ctx, route, ProblemInvalidKey, err.Error(), nil)
+	}
+	scope, err = e.scopeOf(ctx, req)
+	if err == nil && scope == "" && !e.cfg.sharedKeySpace {
+		// No tenant, however it came about (no Request.Scope, or a scope
+		// function answering ("", nil)): the "" key space is shared by
+		// every such request, so it is refused unless the engine opted in.
+		err = ErrNoScope
+	}
+	if err != nil {
+		// The scope function's error says why (no session, auth backend
+		// down): logged and in the event, never in the answer.
+		err = e.scrub(fmt.Errorf("idem: scope: %w", err), key)
+		return "", "", e.reject(ctx, route, ProblemScopeUnavailable, "the request's tenant could not be determined", err)
+	}
+	return key, scope, nil
+}
+
+// requestBody gets the body to fingerprint, within WithMaxRequestBytes:
+// the adapter's bytes when it has them, else read from req.Body (read
+// reports that, so the adapter hands the bytes on). A non-nil Decision
+// refuses the request (413, or 400 for a body that could not be read).
+func (e *Engine) requestBody(ctx context.Context, req *Request, key, route string) (body []byte, read bool, early *Decision) {
+	var (
+		tooLarge bool
+		err      error
+	)
+	inMemory := req.BodyBytes
+	if req.BodyBytesFunc != nil {
+		// Asked only now, after every check above: nothing is read for a
+		// request refused or let through.
+		if inMemory = req.BodyBytesFunc(); inMemory == nil {
+			inMemory = []byte{}
 		}
 	}
-	for {
-		start := e.timing()
-		sent := e.cfg.now() // the lease runs from no earlier than this
-		res, err := e.store.Claim(ctx, claim)
-		took := since(start)
-		if err != nil && ctx.Err() != nil {
-			// The client went away before the claim: not a store failure,
-			// and nothing was claimed. The answer goes nowhere.
-			err = e.scrub(err, key)
-			e.observe(Event{Kind: EventCanceled, Problem: ProblemCanceled, Scope: scope, Route: route, Status: StatusClientClosedRequest, Duration: took, Err: err})
-			e.log(ctx, slog.LevelInfo, "canceled", key, scope, route, slog.Any("err", err))
-			d.answer(Reject, ProblemCanceled, e.problem(ProblemCanceled, "the request was cancelled before it was processed"))
-			return d, nil
-		}
-		if err != nil {
-			err = e.scrub(fmt.Errorf("idem: claim: %w", err), key)
-			e.observe(Event{Kind: EventStoreError, Problem: ProblemStoreUnavailable, Scope: scope, Route: route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
-			e.log(ctx, slog.LevelError, "store_error", key, scope, route, slog.Any("err", err))
-			d.answer(Reject, ProblemStoreUnavailable, e.problem(ProblemStoreUnavailable,
-				"the idempotency store could not be reached; the request was not processed"))
-			return d, err
-		}
-		if res.Claimed {
-			d.Outcome = Proceed
-			rec := &res.Record
-			d.own = &owner{lease: Lease{fence: storekit.Fence{Scope: scope, Key: key, Token: rec.Token}, store: e.store, fresh: res.Fresh,
-				born: rec.CreatedAt, fp: rec.Fingerprint, legacy: e.legacyRelay(rec.CreatedAt)}}
-			d.lease = &d.own.lease
-			d.lease.lose = d.loseLease
-			d.startHeartbeat(sent)
-			e.observe(Event{Kind: EventClaim, Scope: scope, Route: route, Duration: took})
-			e.log(ctx, slog.LevelInfo, "claim", key, scope, route, slog.Int64("token", res.Record.Token))
-			return d, nil
-		}
-		rec := res.Record
-		if rec.Method != method || rec.Route != claim.Route || rec.Fingerprint != claim.Fingerprint {
-			if legacy, ok := legacyClaim(claim, rec, req.Route, req.Target, body, &req, e); ok {
-				// Written by a release that recorded the framework's own
-				// spelling of the route: the same request. Claim it (or
-				// read it) under its recorded identity.
-				claim = legacy
-				continue
-			}
-			e.observe(Event{Kind: EventMismatch, Problem: ProblemPayloadMismatch, Scope: scope, Route: route, Status: http.StatusUnprocessableEntity, Duration: took})
-			e.log(ctx, slog.LevelWarn, "mismatch", key, scope, route)
-			d.answer(Reject, ProblemPayloadMismatch, e.problem(ProblemPayloadMismatch,
-				"this idempotency key was already used with a different request; use a new key for a new request"))
-			return d, nil
-		}
-		if rec.Status == storekit.StatusCompleted && rec.Response != nil {
-			if rec.Response.NotRetained {
-				e.observe(Event{Kind: EventNotRetained, Problem: ProblemNotRetained, Scope: scope, Route: route, Status: http.StatusConflict, Duration: took})
-				e.log(ctx, slog.LevelInfo, "not_retained", key, scope, route)
-				d.answer(Reject, ProblemNotRetained, e.problem(ProblemNotRetained,
-					"the request with this key completed with status "+strconv.Itoa(rec.Response.Status)+
-						" but its response was too large or streamed to keep; it will not be run again"))
-				return d, nil
-			}
-			d.Outcome = Replay
-			d.Response = replayResponse(rec.Response)
-			e.observe(Event{Kind: EventReplay, Scope: scope, Route: route, Status: d.Response.Status, Duration: took})
-			e.log(ctx, slog.LevelInfo, "replay", key, scope, route, slog.Int("status", d.Response.Status))
-			return d, nil
-		}
-		// In flight (or failed/completed in a way the store did not let us
-		// take over): wait if configured, else 409.
-		if !deadline.IsZero() && ctx.Err() == nil {
-			if left := deadline.Sub(e.cfg.now()); left > 0 {
-				if watcher != nil && changed == nil {
-					// Watch from now on, then look again: a change between the
-					// claim above and the watch is caught by the next claim.
-					arm()
-					continue
-				}
-				t := time.NewTimer(min(poll, left))
-				select {
-				case <-t.C:
-				case <-changed: // nil without a Watcher: never ready
-					// Re-arm before looking again, so no change is missed.
-					unwatch()
-					arm()
-				case <-ctx.Done():
-				}
-				t.Stop()
-				poll = min(poll*2, 10*e.cfg.waitPoll)
-				if ctx.Err() == nil {
-					continue
-				}
-			}
-		}
-		// Most owners finish within a second or two; a dead one is taken
-		// over when its lease lapses, so never hint past that.
-		hint := e.cfg.retryAfter
-		if left := rec.LockedUntil.Sub(res.Now); left < hint {
-			hint = left
-		}
-		retry := max(int64((hint+time.Second-1)/time.Second), 1)
-		e.observe(Event{Kind: EventConflict, Problem: ProblemInFlight, Scope: scope, Route: route, Status: http.StatusConflict, Duration: took})
-		e.log(ctx, slog.LevelInfo, "conflict", key, scope, route)
-		d.answer(Reject, ProblemInFlight, e.problem(ProblemInFlight,
-			"a request with this idempotency key is still being processed; retry after the indicated delay"))
-		d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
-		return d, nil
+	read = inMemory == nil
+	if read {
+		body, tooLarge, err = readBody(req.Body, e.cfg.maxRequest)
+	} else {
+		body, tooLarge = inMemory, int64(len(inMemory)) > e.cfg.maxRequest
 	}
+	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
+		return nil, read, e.reject(ctx, route, ProblemBodyTooLarge, "the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes", nil)
+	}
+	if err != nil {
+		// The client went away or sent a broken body; nothing was claimed.
+		return nil, read, e.reject(ctx, route, ProblemBodyUnreadable, "the request body could not be read", e.scrub(err, key))
+	}
+	return body, read, nil
 }
 
 // scopeOf finds the request's tenant. The default (WithScope not set) is
