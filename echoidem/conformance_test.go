@@ -25,7 +25,7 @@ var adapter = idemtest.Adapter{
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
 		var opts []echoidem.Option
 		if cfg.NilOptions {
-			opts = append(opts, nil, echoidem.WithScope(nil), echoidem.WithSkipper(nil), echoidem.WithErrorHandler(nil))
+			opts = append(opts, nil, echoidem.WithScope(nil), echoidem.WithSkip(nil), echoidem.WithErrorHandler(nil))
 		}
 		if !cfg.NoScope {
 			opts = append(opts, echoidem.WithScope(func(c echo.Context) (string, error) {

@@ -50,11 +50,11 @@ func WithScope(f func(c echo.Context) (string, error)) Option {
 	})
 }
 
-// WithSkipper sets Echo's usual skipper: requests it returns true for pass
+// WithSkip takes Echo's usual skipper: requests it returns true for pass
 // straight to the handler, untouched by idem. Any middleware.Skipper from
 // github.com/labstack/echo/v4/middleware can be passed as is.
 // Default (and with a nil s): nothing is skipped.
-func WithSkipper(s func(c echo.Context) bool) Option {
+func WithSkip(s func(c echo.Context) bool) Option {
 	return optionFunc(func(cfg *config) {
 		if s != nil {
 			cfg.skipper = s

@@ -14,15 +14,15 @@ import (
 	"github.com/idemkit/idem/echoidem"
 )
 
-// TestSkipperLetsRequestsThrough: skipped requests need no key and a key
+// TestSkipLetsRequestsThrough: skipped requests need no key and a key
 // does not deduplicate them; requests not skipped require the key.
-func TestSkipperLetsRequestsThrough(t *testing.T) {
+func TestSkipLetsRequestsThrough(t *testing.T) {
 	s := newServer(t, nil)
 	var runs atomic.Int32
 	s.e.POST("/webhook", func(c echo.Context) error {
 		runs.Add(1)
 		return c.String(http.StatusOK, "ok")
-	}, mw(s.eng, echoidem.WithSkipper(func(c echo.Context) bool {
+	}, mw(s.eng, echoidem.WithSkip(func(c echo.Context) bool {
 		return c.Request().Header.Get("X-Internal") == "1"
 	})))
 	s.start()
@@ -96,7 +96,7 @@ func TestScopeSeparatesTenants(t *testing.T) {
 func TestNilEngineAndNilOptions(t *testing.T) {
 	s := newServer(t, nil)
 	s.e.POST("/opts", func(c echo.Context) error { return c.String(200, "ran") },
-		mw(s.eng, nil, echoidem.WithScope(nil), echoidem.WithSkipper(nil), echoidem.WithErrorHandler(nil)))
+		mw(s.eng, nil, echoidem.WithScope(nil), echoidem.WithSkip(nil), echoidem.WithErrorHandler(nil)))
 	s.start()
 	m, err := echoidem.New(nil, echoidem.WithScope(func(echo.Context) (string, error) { return "u", nil }))
 	assert.Error(t, err, "New(nil)")

@@ -106,12 +106,12 @@ func TestPreMiddlewareProtectsByPath(t *testing.T) {
 	assert.Equal(t, 1, store.Len(), "records")
 }
 
-// TestUseWithUnmatchedRouteSkipper: the skipper idiom from the package
+// TestUseWithSkipForUnmatchedRoutes: the skipper idiom from the package
 // documentation leaves unrouted requests to Echo when the middleware is
 // registered with Echo#Use.
-func TestUseWithUnmatchedRouteSkipper(t *testing.T) {
+func TestUseWithSkipForUnmatchedRoutes(t *testing.T) {
 	s := newServer(t, nil)
-	s.e.Use(mw(s.eng, echoidem.WithSkipper(func(c echo.Context) bool { return c.Path() == "" })))
+	s.e.Use(mw(s.eng, echoidem.WithSkip(func(c echo.Context) bool { return c.Path() == "" })))
 	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") })
 	s.start()
 	r := s.do("POST", "/nope", "", "")

@@ -26,7 +26,7 @@ var adapter = idemtest.Adapter{
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
 		var opts []echov5idem.Option
 		if cfg.NilOptions {
-			opts = append(opts, nil, echov5idem.WithScope(nil), echov5idem.WithSkipper(nil), echov5idem.WithErrorHandler(nil))
+			opts = append(opts, nil, echov5idem.WithScope(nil), echov5idem.WithSkip(nil), echov5idem.WithErrorHandler(nil))
 		}
 		if !cfg.NoScope {
 			opts = append(opts, echov5idem.WithScope(func(c *echo.Context) (string, error) {

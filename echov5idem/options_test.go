@@ -13,13 +13,13 @@ import (
 	"github.com/idemkit/idem/echov5idem"
 )
 
-// TestSkipperLetsRequestsThrough: a middleware.Skipper is accepted as is;
+// TestSkipLetsRequestsThrough: a middleware.Skipper is accepted as is;
 // skipped requests need no key and record nothing.
-func TestSkipperLetsRequestsThrough(t *testing.T) {
+func TestSkipLetsRequestsThrough(t *testing.T) {
 	eng, store := newEngine(t)
 	var skip middleware.Skipper = func(c *echo.Context) bool { return c.Request().Header.Get("X-Internal") != "" }
 	e := echo.New()
-	e.Use(mw(t, eng, echov5idem.WithSkipper(skip)))
+	e.Use(mw(t, eng, echov5idem.WithSkip(skip)))
 	e.POST("/v1/payments", func(c *echo.Context) error { return c.NoContent(http.StatusCreated) })
 	req := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader("{}"))
 	req.Header.Set("X-Internal", "1")
