@@ -12,17 +12,20 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/logger"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/fiberidem"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
 
 // adapter serves the suite's routes the way a Fiber app would: each route
-// with the idem handler in front, on a real listener.
+// with the idem handler in front, on a real listener. It is a copy of the
+// one in fiberidem/conformance_test.go, which runs the suite on memstore;
+// keep them in step.
 var adapter = idemtest.Adapter{
 	Name:         "fiber",
 	FrameworkLog: true,
@@ -83,18 +86,14 @@ var adapter = idemtest.Adapter{
 			app.Add(rt.Method, rt.Path, mw, h)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			_ = app.Listener(ln)
 		}()
 		t.Cleanup(func() {
-			if err := app.ShutdownWithTimeout(20 * time.Second); err != nil {
-				t.Errorf("fiber shutdown: %v", err)
-			}
+			assert.NoError(t, app.ShutdownWithTimeout(20*time.Second), "fiber shutdown")
 			<-done
 		})
 		return "http://" + ln.Addr().String(), nil
@@ -163,10 +162,6 @@ func (w *responseWriter) finish() {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-}
-
-func TestConformance(t *testing.T) {
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return memstore.New() })
 }
 
 // TestConformancePostgres runs the suite on pgstore in a schema of its own;

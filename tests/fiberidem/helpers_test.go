@@ -9,37 +9,51 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/fiberidem"
 )
+
+// The helpers the store-backed tests need; fiberidem's own tests (memstore)
+// live beside the adapter, in fiberidem/.
+
+func newEngine(tb testing.TB, store core.Store, opts ...core.Option) *core.Engine {
+	tb.Helper()
+	eng, err := core.New(store, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
+	require.NoError(tb, err, "core.New")
+	return eng
+}
+
+// mw builds the middleware, failing the test on a construction error.
+func mw(tb testing.TB, eng *core.Engine, opts ...fiberidem.Option) fiber.Handler {
+	tb.Helper()
+	m, err := fiberidem.New(eng, opts...)
+	require.NoError(tb, err, "fiberidem.New")
+	return m
+}
 
 // serve runs app on a real listener on 127.0.0.1 and shuts it down (waiting
 // for Listener to return) when the test ends.
 func serve(t *testing.T, app *fiber.App) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = app.Listener(ln)
 	}()
 	t.Cleanup(func() {
-		if err := app.ShutdownWithTimeout(10 * time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
+		assert.NoError(t, app.ShutdownWithTimeout(10*time.Second), "shutdown")
 		<-done
 	})
 	return "http://" + ln.Addr().String()
 }
 
-func newApp(cfg ...fiber.Config) *fiber.App {
-	c := fiber.Config{}
-	if len(cfg) > 0 {
-		c = cfg[0]
-	}
-	c.DisableStartupMessage = true
-	app := fiber.New(c)
+func newApp() *fiber.App {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	quickStop(app)
 	return app
 }
@@ -52,10 +66,9 @@ func quickStop(app *fiber.App) {
 }
 
 // client returns an HTTP client whose idle connections are closed when the
-// test ends (goleak). maxConns > 0 limits it to that many connections, so
-// that requests reuse one fasthttp connection (and its buffers).
-func client(t *testing.T, maxConns int) *http.Client {
-	tr := &http.Transport{MaxConnsPerHost: maxConns, MaxIdleConnsPerHost: 100, DisableCompression: true}
+// test ends (goleak).
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 100, DisableCompression: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
@@ -66,33 +79,34 @@ type result struct {
 	Body   string
 }
 
-// do sends one request; headers are name, value pairs. It never calls
-// t.Fatal, so goroutines may use it.
-func do(c *http.Client, method, url, body string, headers ...string) (result, error) {
+// mustDo sends one request, failing the test on a transport error; headers
+// are name, value pairs. Call it from the test's goroutine only.
+func mustDo(t *testing.T, c *http.Client, method, url, body string, headers ...string) result {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		return result{}, err
-	}
+	require.NoError(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := c.Do(req)
-	if err != nil {
-		return result{}, err
-	}
+	require.NoError(t, err, "%s %s", method, url)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return result{}, err
-	}
-	return result{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}, nil
+	require.NoError(t, err, "%s %s: body", method, url)
+	return result{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
 }
 
-func mustDo(t *testing.T, c *http.Client, method, url, body string, headers ...string) result {
+// sameResponse checks that a replay is the first response again: status,
+// body and every allow-listed header, plus Idempotent-Replayed: true, and
+// never Set-Cookie.
+func sameResponse(t *testing.T, first, replay result) {
 	t.Helper()
-	r, err := do(c, method, url, body, headers...)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+	assert.Empty(t, first.Header.Get(core.ReplayedHeader), "first response carries %s", core.ReplayedHeader)
+	assert.Equal(t, "true", replay.Header.Get(core.ReplayedHeader), "replay %s", core.ReplayedHeader)
+	assert.Equal(t, first.Status, replay.Status, "replay status")
+	assert.Equal(t, first.Body, replay.Body, "replay body")
+	for _, h := range core.DefaultReplayHeaders() {
+		assert.Equal(t, strings.Join(first.Header.Values(h), "\n"), strings.Join(replay.Header.Values(h), "\n"), "replay header %s", h)
 	}
-	return r
+	assert.Empty(t, replay.Header.Values("Set-Cookie"), "replay carries Set-Cookie")
 }

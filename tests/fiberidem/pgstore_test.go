@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/tests/internal/pgstores"
@@ -22,7 +24,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 
 	var runs atomic.Int32
 	app := newApp()
-	app.Post("/v1/payments", mw(newEngine(t, store)), func(c *fiber.Ctx) error {
+	app.Post("/v1/payments", mw(t, newEngine(t, store)), func(c *fiber.Ctx) error {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.UserContext())
 		if err != nil {
@@ -37,23 +39,18 @@ func TestPostgresTransactionalMode(t *testing.T) {
 		return c.Status(fiber.StatusCreated).JSON(fiber.Map{"run": n})
 	})
 	url := serve(t, app) + "/v1/payments"
-	cl := client(t, 0)
+	cl := client(t)
 	send := func() result {
 		return mustDo(t, cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "k", "X-Note", "a")
 	}
 
-	if r := send(); r.Status != 500 {
-		t.Fatalf("first: %d %s", r.Status, r.Body)
-	}
-	if n := count(); n != 0 {
-		t.Fatalf("failed run left %d rows", n)
-	}
+	r := send()
+	require.Equal(t, 500, r.Status, "first: %s", r.Body)
+	require.Zero(t, count(), "rows left by the failed run")
 	first := send()
-	if first.Status != 201 || first.Body != `{"run":2}` {
-		t.Fatalf("retry: %d %s", first.Status, first.Body)
-	}
+	require.Equal(t, 201, first.Status, "retry: %s", first.Body)
+	require.Equal(t, `{"run":2}`, first.Body, "retry")
 	sameResponse(t, first, send())
-	if n := count(); n != 1 || runs.Load() != 2 {
-		t.Errorf("rows %d, runs %d; want 1 row, 2 runs", n, runs.Load())
-	}
+	assert.Equal(t, 1, count(), "rows")
+	assert.EqualValues(t, 2, runs.Load(), "handler runs")
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 )
@@ -33,43 +35,31 @@ func TestEngineReadsHeaders(t *testing.T) {
 				core.WithFingerprintHeaders("X-Amount-Currency"))
 			app := newApp(fiber.Config{DisableHeaderNormalizing: raw})
 			runs := 0
-			app.Post("/pay", mw(eng), func(c *fiber.Ctx) error {
+			app.Post("/pay", mw(t, eng), func(c *fiber.Ctx) error {
 				runs++
 				return c.Status(fiber.StatusCreated).SendString("ok")
 			})
 			// Lower-case names: as sent when fasthttp does not normalise.
 			send := func(tenant, currency string) int {
 				req, err := http.NewRequest("POST", "/pay", strings.NewReader("{}"))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				req.Header["idempotency-key"] = []string{"k1"}
 				req.Header["x-amount-currency"] = []string{currency}
 				if tenant != "" {
 					req.Header["x-tenant"] = []string{tenant}
 				}
 				resp, err := app.Test(req, -1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
+				require.NoError(t, err)
+				require.NoError(t, resp.Body.Close())
 				return resp.StatusCode
 			}
-			if st := send("", "JPY"); st != http.StatusUnauthorized {
-				t.Errorf("no tenant: %d, want 401", st)
-			}
-			if st := send("a", "JPY"); st != http.StatusCreated {
-				t.Errorf("tenant a: %d", st)
-			}
-			if st := send("b", "JPY"); st != http.StatusCreated || runs != 2 {
-				t.Errorf("tenant b, same key: %d, runs %d; want its own execution", st, runs)
-			}
-			if st := send("a", "USD"); st != http.StatusUnprocessableEntity {
-				t.Errorf("tenant a, other fingerprint header: %d, want 422", st)
-			}
-			if st := send("a", "JPY"); st != http.StatusCreated || runs != 2 {
-				t.Errorf("tenant a retry: %d, runs %d; want a replay", st, runs)
-			}
+			assert.Equal(t, http.StatusUnauthorized, send("", "JPY"), "no tenant")
+			assert.Equal(t, http.StatusCreated, send("a", "JPY"), "tenant a")
+			assert.Equal(t, http.StatusCreated, send("b", "JPY"), "tenant b, same key: its own execution")
+			assert.Equal(t, 2, runs, "runs after tenant b, same key: its own execution")
+			assert.Equal(t, http.StatusUnprocessableEntity, send("a", "USD"), "tenant a, other fingerprint header")
+			assert.Equal(t, http.StatusCreated, send("a", "JPY"), "tenant a retry: a replay")
+			assert.Equal(t, 2, runs, "runs after tenant a retry: a replay")
 		})
 	}
 }

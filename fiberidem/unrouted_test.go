@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -21,20 +23,16 @@ import (
 func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 	store := memstore.New()
 	eng, err := core.New(store, core.WithSharedKeySpace())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := fiberidem.New(eng)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	m, err := fiberidem.New(eng)
+	require.NoError(t, err)
 	ok := func(c *fiber.Ctx) error { return c.Status(http.StatusCreated).SendString("ok") }
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(mw)
+	app.Use(m)
 	app.Post("/v1/orders/:id", ok)
 	app.Get("/v1/list", ok)
 	g := app.Group("/g")
-	g.Use(mw)
+	g.Use(m)
 	g.Post("/orders/:id<int>", ok)
 
 	cases := map[string]int{
@@ -51,28 +49,20 @@ func TestGlobalMiddlewareLeavesUnknownRoutesAlone(t *testing.T) {
 				req.Header.Set("Idempotency-Key", key)
 			}
 			resp, err := app.Test(req, -1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != want || resp.Header.Get(core.ReplayedHeader) != "" {
-				t.Errorf("POST %s key=%q: %d %q, want fiber's %d", path, key, resp.StatusCode, b, want)
-			}
+			require.NoError(t, err)
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			assert.Equal(t, want, resp.StatusCode, "POST %s key=%q: %q, want fiber's status", path, key, b)
+			assert.Empty(t, resp.Header.Get(core.ReplayedHeader), "POST %s key=%q: replayed", path, key)
 		}
 	}
-	if n := store.Len(); n != 0 {
-		t.Errorf("%d records after requests to unknown routes, want 0", n)
-	}
+	assert.Zero(t, store.Len(), "records after requests to unknown routes")
 	// As fiber routes them: trailing slash and case ignored by default.
 	for _, path := range []string{"/v1/orders/1", "/g/orders/1", "/v1/orders/1/", "/V1/Orders/1", "/g/orders/1//"} {
 		resp, err := app.Test(httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}")), -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("known route %s without a key: %d, want 400 missing-key", path, resp.StatusCode)
-		}
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "known route %s without a key: want 400 missing-key", path)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -39,14 +41,11 @@ func TestDiscardDropsHijack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			app := newApp()
 			app.Use(recover.New())
-			app.Post("/pay", mw(newEngine(t, tc.store)), tc.handler)
+			app.Post("/pay", mw(t, newEngine(t, tc.store)), tc.handler)
 			r, err := do(client(t, 0), "POST", serve(t, app)+"/pay", "{}", "Idempotency-Key", "h1")
-			if err != nil {
-				t.Fatalf("POST: %v", err)
-			}
-			if r.Status != tc.status || r.Body == "charged" {
-				t.Fatalf("client got %d %q; want idem's %d problem", r.Status, r.Body, tc.status)
-			}
+			require.NoError(t, err, "POST")
+			assert.Equal(t, tc.status, r.Status, "client got %q; want idem's problem", r.Body)
+			assert.NotEqual(t, "charged", r.Body, "the hijacked response reached the client")
 		})
 	}
 }

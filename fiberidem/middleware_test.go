@@ -2,8 +2,6 @@ package fiberidem_test
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
@@ -24,61 +24,8 @@ import (
 	"github.com/idemkit/idem/fiberidem"
 )
 
-func newEngine(t *testing.T, store core.Store, opts ...core.Option) *core.Engine {
-	t.Helper()
-	if store == nil {
-		store = memstore.New()
-	}
-	eng, err := core.New(store, append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
-
-// gzipped compresses s with the standard library (fasthttp's gzip keeps
-// worker goroutines alive for the process, which goleak would report).
-func gzipped(s string) []byte {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	_, _ = zw.Write([]byte(s))
-	_ = zw.Close()
-	return buf.Bytes()
-}
-
-func tenantScope(c *fiber.Ctx) (string, error) {
-	// c.Get aliases fasthttp's buffer; fiberidem copies what it keeps.
-	return c.Get("X-Tenant"), nil
-}
-
-// sameResponse checks that a replay is the first response again: status,
-// body and every allow-listed header, plus Idempotent-Replayed: true, and
-// never Set-Cookie.
-func sameResponse(t *testing.T, first, replay result) {
-	t.Helper()
-	if first.Header.Get(core.ReplayedHeader) != "" {
-		t.Errorf("first response carries %s", core.ReplayedHeader)
-	}
-	if got := replay.Header.Get(core.ReplayedHeader); got != "true" {
-		t.Errorf("replay: %s = %q, want true", core.ReplayedHeader, got)
-	}
-	if replay.Status != first.Status {
-		t.Errorf("replay status %d, first %d", replay.Status, first.Status)
-	}
-	if replay.Body != first.Body {
-		t.Errorf("replay body %q, first %q", replay.Body, first.Body)
-	}
-	for _, h := range core.DefaultReplayHeaders() {
-		if f, r := first.Header.Values(h), replay.Header.Values(h); strings.Join(f, "\n") != strings.Join(r, "\n") {
-			t.Errorf("replay header %s = %q, first %q", h, r, f)
-		}
-	}
-	if v := replay.Header.Values("Set-Cookie"); len(v) > 0 {
-		t.Errorf("replay carries Set-Cookie %q", v)
-	}
-}
-
 func TestNativeHandlers(t *testing.T) {
+	gz := gzipped(t, []byte(`{"id":"p_1"}`))
 	type tc struct {
 		name    string
 		handler func(n int64) fiber.Handler // n: how many times the handler ran
@@ -99,9 +46,7 @@ func TestNativeHandlers(t *testing.T) {
 			},
 			status: 201, body: `{"amount":1000,"id":"p_1"}`, final: true,
 			check: func(t *testing.T, first result) {
-				if ct := first.Header.Get("Content-Type"); ct != "application/json" {
-					t.Errorf("Content-Type %q", ct)
-				}
+				assert.Equal(t, "application/json", first.Header.Get("Content-Type"), "Content-Type")
 			},
 		},
 		{
@@ -139,14 +84,12 @@ func TestNativeHandlers(t *testing.T) {
 					c.Set("Content-Encoding", "gzip")
 					c.Set("Vary", "Accept-Encoding")
 					c.Set("Content-Type", "application/json")
-					return c.Status(fiber.StatusCreated).Send(gzipped(`{"id":"p_1"}`))
+					return c.Status(fiber.StatusCreated).Send(gz)
 				}
 			},
-			status: 201, body: string(gzipped(`{"id":"p_1"}`)), final: true,
+			status: 201, body: string(gz), final: true,
 			check: func(t *testing.T, first result) {
-				if first.Header.Get("Content-Encoding") != "gzip" {
-					t.Errorf("Content-Encoding %q", first.Header.Get("Content-Encoding"))
-				}
+				assert.Equal(t, "gzip", first.Header.Get("Content-Encoding"), "Content-Encoding")
 			},
 		},
 		{
@@ -162,9 +105,8 @@ func TestNativeHandlers(t *testing.T) {
 			},
 			status: 201, body: "created", final: true,
 			check: func(t *testing.T, first result) {
-				if first.Header.Get("Location") != "/v1/payments/p_1" || first.Header.Get("Set-Cookie") == "" {
-					t.Errorf("first response headers %v", first.Header)
-				}
+				assert.Equal(t, "/v1/payments/p_1", first.Header.Get("Location"), "first response headers %v", first.Header)
+				assert.NotEmpty(t, first.Header.Get("Set-Cookie"), "first response headers %v", first.Header)
 			},
 		},
 	}
@@ -173,7 +115,7 @@ func TestNativeHandlers(t *testing.T) {
 			var runs atomic.Int64
 			h := c.handler
 			app := newApp()
-			app.Post("/v1/payments", mw(newEngine(t, nil), fiberidem.WithScope(tenantScope)),
+			app.Post("/v1/payments", mw(t, newEngine(t, nil), fiberidem.WithScope(tenantScope)),
 				func(ctx *fiber.Ctx) error { return h(runs.Add(1))(ctx) })
 			url := serve(t, app) + "/v1/payments"
 			cl := client(t, 0)
@@ -181,39 +123,28 @@ func TestNativeHandlers(t *testing.T) {
 				return mustDo(t, cl, "POST", url, `{"amount":1000}`, "Idempotency-Key", "k-"+c.name, "X-Tenant", "t1")
 			}
 			first := send()
-			if first.Status != c.status || first.Body != c.body {
-				t.Fatalf("first: %d %q, want %d %q", first.Status, first.Body, c.status, c.body)
-			}
+			require.Equal(t, c.status, first.Status, "first: %q", first.Body)
+			require.Equal(t, c.body, first.Body, "first body")
 			if c.check != nil {
 				c.check(t, first)
 			}
 			second := send()
 			if !c.final {
-				if runs.Load() != 2 {
-					t.Fatalf("handler ran %d times, want 2 (retryable)", runs.Load())
-				}
-				if second.Header.Get(core.ReplayedHeader) != "" || second.Status != c.status {
-					t.Fatalf("retry: %d %v", second.Status, second.Header)
-				}
+				require.EqualValues(t, 2, runs.Load(), "handler runs (retryable)")
+				require.Empty(t, second.Header.Get(core.ReplayedHeader), "retry: %d %v", second.Status, second.Header)
+				require.Equal(t, c.status, second.Status, "retry: %v", second.Header)
 				return
 			}
-			if runs.Load() != 1 {
-				t.Fatalf("handler ran %d times, want 1", runs.Load())
-			}
+			require.EqualValues(t, 1, runs.Load(), "handler runs")
 			sameResponse(t, first, second)
-			if second.Header.Get("X-Debug") != "" {
-				t.Errorf("replay carries a header outside the allow-list")
-			}
+			assert.Empty(t, second.Header.Get("X-Debug"), "replay carries a header outside the allow-list")
 			// A different body under the same key is refused.
 			mismatch := mustDo(t, cl, "POST", url, `{"amount":50000}`, "Idempotency-Key", "k-"+c.name, "X-Tenant", "t1")
-			if mismatch.Status != http.StatusUnprocessableEntity {
-				t.Errorf("mismatch: %d %s", mismatch.Status, mismatch.Body)
-			}
+			assert.Equal(t, http.StatusUnprocessableEntity, mismatch.Status, "mismatch: %s", mismatch.Body)
 			// Another tenant's same key is a new request.
 			other := mustDo(t, cl, "POST", url, `{"amount":1000}`, "Idempotency-Key", "k-"+c.name, "X-Tenant", "t2")
-			if other.Header.Get(core.ReplayedHeader) != "" || runs.Load() != 2 {
-				t.Errorf("other tenant: replayed=%q runs=%d", other.Header.Get(core.ReplayedHeader), runs.Load())
-			}
+			assert.Empty(t, other.Header.Get(core.ReplayedHeader), "other tenant: replayed")
+			assert.EqualValues(t, 2, runs.Load(), "other tenant: handler runs")
 		})
 	}
 }
@@ -221,14 +152,16 @@ func TestNativeHandlers(t *testing.T) {
 func TestConcurrentDuplicates(t *testing.T) {
 	const n = 100
 	var runs atomic.Int64
+	// The owner's handler returns only once release is closed: below, after
+	// the duplicates were answered, and in any case when the test function
+	// returns (before the server's cleanup waits for the handler).
 	release := make(chan struct{})
+	releaseOwner := sync.OnceFunc(func() { close(release) })
+	defer releaseOwner()
 	app := newApp()
-	app.Post("/pay", mw(newEngine(t, nil)), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(t, newEngine(t, nil)), func(c *fiber.Ctx) error {
 		runs.Add(1)
-		select {
-		case <-release:
-		case <-time.After(15 * time.Second):
-		}
+		<-release
 		return c.Status(fiber.StatusCreated).SendString("charged once")
 	})
 	url := serve(t, app) + "/pay"
@@ -243,28 +176,25 @@ func TestConcurrentDuplicates(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r, err := do(cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "dup")
-			if err != nil {
-				t.Errorf("request %d: %v", i, err)
-			}
+			assert.NoError(t, err, "request %d", i) // not require: another goroutine
 			results[i] = r
 			if answered.Add(1) == n-1 {
 				close(allButOne)
 			}
 		}()
 	}
-	// The owner blocks until every duplicate has been answered, so all of
-	// them arrive while it is in flight.
+	// The owner blocks until every duplicate has been answered (the signal
+	// allButOne), so all of them arrive while it is in flight. The deadline
+	// only bounds a failure.
 	select {
 	case <-allButOne:
 	case <-time.After(20 * time.Second):
-		t.Error("duplicates were not answered while the first request was in flight")
+		assert.Fail(t, "duplicates were not answered while the first request was in flight")
 	}
-	close(release)
+	releaseOwner()
 	wg.Wait()
 
-	if got := runs.Load(); got != 1 {
-		t.Fatalf("handler ran %d times, want 1", got)
-	}
+	require.EqualValues(t, 1, runs.Load(), "handler runs")
 	var created, conflict int
 	for i, r := range results {
 		switch r.Status {
@@ -272,20 +202,18 @@ func TestConcurrentDuplicates(t *testing.T) {
 			created++
 		case http.StatusConflict:
 			conflict++
-			if r.Header.Get("Retry-After") == "" || r.Header.Get("Content-Type") != "application/problem+json" {
-				t.Errorf("409 %d: headers %v", i, r.Header)
-			}
+			assert.NotEmpty(t, r.Header.Get("Retry-After"), "409 %d: headers %v", i, r.Header)
+			assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "409 %d: headers %v", i, r.Header)
 		default:
-			t.Errorf("response %d: %d %s", i, r.Status, r.Body)
+			assert.Failf(t, "unexpected response", "response %d: %d %s", i, r.Status, r.Body)
 		}
 	}
-	if created != 1 || conflict != n-1 {
-		t.Fatalf("created %d, conflict %d", created, conflict)
-	}
+	require.Equal(t, 1, created, "created")
+	require.Equal(t, n-1, conflict, "conflict")
 	replay := mustDo(t, cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "dup")
-	if replay.Status != http.StatusCreated || replay.Body != "charged once" || replay.Header.Get(core.ReplayedHeader) != "true" {
-		t.Fatalf("replay after completion: %d %q %v", replay.Status, replay.Body, replay.Header)
-	}
+	assert.Equal(t, http.StatusCreated, replay.Status, "replay after completion")
+	assert.Equal(t, "charged once", replay.Body, "replay after completion")
+	assert.Equal(t, "true", replay.Header.Get(core.ReplayedHeader), "replay after completion: %v", replay.Header)
 }
 
 func TestPanicReleasesKey(t *testing.T) {
@@ -297,7 +225,7 @@ func TestPanicReleasesKey(t *testing.T) {
 		c.Set("X-Request-ID", "req-1")
 		return c.Next()
 	})
-	app.Post("/pay", mw(newEngine(t, nil)), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(t, newEngine(t, nil)), func(c *fiber.Ctx) error {
 		if runs.Add(1) == 1 {
 			c.Set("X-Handler", "half-done")
 			c.Cookie(&fiber.Cookie{Name: "sid", Value: "leak"})
@@ -310,24 +238,19 @@ func TestPanicReleasesKey(t *testing.T) {
 	cl := client(t, 0)
 
 	r := mustDo(t, cl, "POST", url, "x", "Idempotency-Key", "p1")
-	if r.Status != http.StatusInternalServerError || r.Header.Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("panic answer: %d %v %s", r.Status, r.Header, r.Body)
-	}
+	require.Equal(t, http.StatusInternalServerError, r.Status, "panic answer: %v %s", r.Header, r.Body)
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "panic answer: %v %s", r.Header, r.Body)
 	var p core.Problem
-	if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Type != core.ProblemBaseURI+core.ProblemHandlerPanic {
-		t.Fatalf("problem %q: %v", r.Body, err)
-	}
-	if r.Header.Get("X-Handler") != "" || r.Header.Get("Set-Cookie") != "" {
-		t.Errorf("the handler's headers went out with the problem: %v", r.Header)
-	}
-	if r.Header.Get("X-Request-ID") != "req-1" {
-		t.Errorf("earlier middleware's header lost: %v", r.Header)
-	}
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &p), "problem %q", r.Body)
+	require.Equal(t, core.ProblemBaseURI+core.ProblemHandlerPanic, p.Type, "problem %q", r.Body)
+	assert.Empty(t, r.Header.Get("X-Handler"), "the handler's headers went out with the problem: %v", r.Header)
+	assert.Empty(t, r.Header.Get("Set-Cookie"), "the handler's headers went out with the problem: %v", r.Header)
+	assert.Equal(t, "req-1", r.Header.Get("X-Request-ID"), "earlier middleware's header lost: %v", r.Header)
 	// The key is retryable: the retry runs the handler.
 	r = mustDo(t, cl, "POST", url, "x", "Idempotency-Key", "p1")
-	if r.Status != http.StatusCreated || r.Body != "ok" || runs.Load() != 2 {
-		t.Fatalf("retry: %d %q runs=%d", r.Status, r.Body, runs.Load())
-	}
+	assert.Equal(t, http.StatusCreated, r.Status, "retry")
+	assert.Equal(t, "ok", r.Body, "retry")
+	assert.EqualValues(t, 2, runs.Load(), "retry: handler runs")
 }
 
 // retainingStore keeps, without copying, everything fiberidem hands to the
@@ -381,14 +304,14 @@ func TestBufferReuse(t *testing.T) {
 				// fiberidem copies it.
 				return c.Status(fiber.StatusCreated).Send(c.Body())
 			}
-			mw := mw(eng, fiberidem.WithScope(tenantScope))
+			m := mw(t, eng, fiberidem.WithScope(tenantScope))
 			if mount == "use" {
-				app.Use(mw)
+				app.Use(m)
 				app.Add("POST", "/items/:id", handler)
 				app.Add("PATCH", "/items/:id", handler)
 			} else {
-				app.Add("POST", "/items/:id", mw, handler)
-				app.Add("PATCH", "/items/:id", mw, handler)
+				app.Add("POST", "/items/:id", m, handler)
+				app.Add("PATCH", "/items/:id", m, handler)
 			}
 			base := serve(t, app)
 			cl := client(t, 1) // one connection: one fasthttp RequestCtx, reused
@@ -399,9 +322,8 @@ func TestBufferReuse(t *testing.T) {
 					"Idempotency-Key", "key-aaaa", "X-Tenant", "tenant-a", "X-Item", "aaaa")
 			}
 			first := sendA()
-			if first.Status != 201 || first.Body != bodyA {
-				t.Fatalf("first: %d %q", first.Status, first.Body)
-			}
+			require.Equal(t, 201, first.Status, "first: %q", first.Body)
+			require.Equal(t, bodyA, first.Body, "first body")
 			for i := range 200 {
 				// Same lengths and longer ones, so that fasthttp overwrites
 				// in place and also grows its buffers.
@@ -410,9 +332,8 @@ func TestBufferReuse(t *testing.T) {
 				r := mustDo(t, cl, method, fmt.Sprintf("%s/items/%d", base, 2+i%3*10), body,
 					"Idempotency-Key", fmt.Sprintf("key-%04d", i), "X-Tenant", fmt.Sprintf("tenant-%d", i%10),
 					"X-Item", fmt.Sprintf("%04d", i))
-				if r.Status != 201 || r.Body != body {
-					t.Fatalf("request %d: %d %q", i, r.Status, r.Body)
-				}
+				require.Equal(t, 201, r.Status, "request %d: %q", i, r.Body)
+				require.Equal(t, body, r.Body, "request %d body", i)
 			}
 
 			// Before A is sent again (which would rewrite the buffers with
@@ -424,30 +345,26 @@ func TestBufferReuse(t *testing.T) {
 			store.mu.Lock()
 			claim, done := store.claims["key-aaaa"], store.complete["key-aaaa"]
 			store.mu.Unlock()
-			if claim.Scope != "tenant-a" || claim.Key != "key-aaaa" || claim.Method != "POST" || claim.Route != wantRoute {
-				t.Errorf("claim of A changed: %+v", claim)
-			}
-			if string(done.Body) != bodyA || done.Header.Get("Location") != "/items/aaaa" {
-				t.Errorf("response of A changed: %q %v", done.Body, done.Header)
-			}
+			assert.Equal(t, "tenant-a", claim.Scope, "claim of A changed: %+v", claim)
+			assert.Equal(t, "key-aaaa", claim.Key, "claim of A changed: %+v", claim)
+			assert.Equal(t, "POST", claim.Method, "claim of A changed: %+v", claim)
+			assert.Equal(t, wantRoute, claim.Route, "claim of A changed: %+v", claim)
+			assert.Equal(t, bodyA, string(done.Body), "response of A changed")
+			assert.Equal(t, "/items/aaaa", done.Header.Get("Location"), "response of A changed: %v", done.Header)
 			rec, err := mem.Get(context.Background(), "tenant-a", "key-aaaa")
-			if err != nil {
-				t.Fatalf("record of A: %v", err)
-			}
-			if rec.Method != "POST" || rec.Route != wantRoute || rec.Response == nil || string(rec.Response.Body) != bodyA {
-				t.Errorf("record of A: method %q route %q response %+v", rec.Method, rec.Route, rec.Response)
+			require.NoError(t, err, "record of A")
+			assert.Equal(t, "POST", rec.Method, "record of A: method")
+			assert.Equal(t, wantRoute, rec.Route, "record of A: route")
+			if assert.NotNil(t, rec.Response, "record of A: response") {
+				assert.Equal(t, bodyA, string(rec.Response.Body), "record of A: response body")
 			}
 			mu.Lock()
-			if keysSeen[bodyA] != "key-aaaa" {
-				t.Errorf("key kept by the handler changed to %q", keysSeen[bodyA])
-			}
+			assert.Equal(t, "key-aaaa", keysSeen[bodyA], "key kept by the handler changed")
 			mu.Unlock()
 
 			replay := sendA()
 			sameResponse(t, first, replay)
-			if replay.Header.Get("Location") != "/items/aaaa" {
-				t.Errorf("replayed Location %q", replay.Header.Get("Location"))
-			}
+			assert.Equal(t, "/items/aaaa", replay.Header.Get("Location"), "replayed Location")
 		})
 	}
 }
@@ -467,7 +384,7 @@ func TestUserContext(t *testing.T) {
 	})
 	var inKey, relay string
 	var inOuter bool
-	app.Post("/pay", mw(newEngine(t, nil)), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(t, newEngine(t, nil)), func(c *fiber.Ctx) error {
 		inKey, _ = core.KeyFromContext(c.UserContext())
 		relay = core.RelayKey(c.UserContext(), "charge")
 		inOuter = c.UserContext().Value(ctxKey{}) == "outer"
@@ -475,15 +392,13 @@ func TestUserContext(t *testing.T) {
 	})
 	url := serve(t, app) + "/pay"
 	r := mustDo(t, client(t, 0), "POST", url, "", "Idempotency-Key", `"sf-key"`)
-	if r.Status != 201 {
-		t.Fatalf("status %d", r.Status)
-	}
-	if inKey != "sf-key" || relay == "" || !inOuter {
-		t.Errorf("handler saw key %q relay %q outer value %v", inKey, relay, inOuter)
-	}
-	if afterHasKey || afterErr != nil || !outerValue {
-		t.Errorf("outer middleware after the handler: lease %v, err %v, own value %v", afterHasKey, afterErr, outerValue)
-	}
+	require.Equal(t, 201, r.Status, "status")
+	assert.Equal(t, "sf-key", inKey, "key the handler saw")
+	assert.NotEmpty(t, relay, "relay key the handler derived")
+	assert.True(t, inOuter, "handler saw the outer middleware's context value")
+	assert.False(t, afterHasKey, "outer middleware after the handler: lease still in the context")
+	assert.NoError(t, afterErr, "outer middleware after the handler: context error")
+	assert.True(t, outerValue, "outer middleware after the handler: its own value")
 }
 
 func TestMountedAppErrorHandler(t *testing.T) {
@@ -491,7 +406,7 @@ func TestMountedAppErrorHandler(t *testing.T) {
 	sub := fiber.New(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
 		return c.Status(fiber.StatusTeapot).JSON(fiber.Map{"error": err.Error()})
 	}})
-	sub.Post("/pay", mw(newEngine(t, nil)), func(*fiber.Ctx) error {
+	sub.Post("/pay", mw(t, newEngine(t, nil)), func(*fiber.Ctx) error {
 		runs.Add(1)
 		return errors.New("declined")
 	})
@@ -500,13 +415,10 @@ func TestMountedAppErrorHandler(t *testing.T) {
 	url := serve(t, app) + "/sub/pay"
 	cl := client(t, 0)
 	first := mustDo(t, cl, "POST", url, "{}", "Idempotency-Key", "e1")
-	if first.Status != fiber.StatusTeapot || first.Body != `{"error":"declined"}` {
-		t.Fatalf("first: %d %q", first.Status, first.Body)
-	}
+	require.Equal(t, fiber.StatusTeapot, first.Status, "first: %q", first.Body)
+	require.Equal(t, `{"error":"declined"}`, first.Body, "first body")
 	sameResponse(t, first, mustDo(t, cl, "POST", url, "{}", "Idempotency-Key", "e1"))
-	if runs.Load() != 1 {
-		t.Fatalf("runs %d", runs.Load())
-	}
+	assert.EqualValues(t, 1, runs.Load(), "handler runs")
 }
 
 func TestStreamedAndTruncated(t *testing.T) {
@@ -536,25 +448,21 @@ func TestStreamedAndTruncated(t *testing.T) {
 			var runs atomic.Int64
 			h := tc.handler
 			app := newApp()
-			app.Post("/dl", mw(newEngine(t, nil, tc.opts...)), func(c *fiber.Ctx) error {
+			app.Post("/dl", mw(t, newEngine(t, nil, tc.opts...)), func(c *fiber.Ctx) error {
 				runs.Add(1)
 				return h(c)
 			})
 			url := serve(t, app) + "/dl"
 			cl := client(t, 0)
 			r := mustDo(t, cl, "POST", url, "", "Idempotency-Key", "s1")
-			if r.Status != 200 || r.Body != tc.body {
-				t.Fatalf("first: %d %q", r.Status, r.Body)
-			}
+			require.Equal(t, 200, r.Status, "first: %q", r.Body)
+			require.Equal(t, tc.body, r.Body, "first body")
 			r = mustDo(t, cl, "POST", url, "", "Idempotency-Key", "s1")
+			require.Equal(t, http.StatusConflict, r.Status, "retry: %s", r.Body)
 			var p core.Problem
-			_ = json.Unmarshal([]byte(r.Body), &p)
-			if r.Status != http.StatusConflict || p.Type != core.ProblemBaseURI+core.ProblemNotRetained {
-				t.Fatalf("retry: %d %s", r.Status, r.Body)
-			}
-			if runs.Load() != 1 {
-				t.Fatalf("runs %d", runs.Load())
-			}
+			require.NoError(t, json.Unmarshal([]byte(r.Body), &p), "retry: %s", r.Body)
+			require.Equal(t, core.ProblemBaseURI+core.ProblemNotRetained, p.Type, "retry: %s", r.Body)
+			assert.EqualValues(t, 1, runs.Load(), "handler runs")
 		})
 	}
 }
@@ -584,26 +492,30 @@ func TestStoreFailures(t *testing.T) {
 	t.Run("claim-default", func(t *testing.T) {
 		var runs atomic.Int64
 		app := newApp()
-		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), claim: down})),
+		app.Post("/pay", mw(t, newEngine(t, &failingStore{Store: memstore.New(), claim: down})),
 			func(c *fiber.Ctx) error { runs.Add(1); return c.SendString("ran") })
 		r := mustDo(t, client(t, 0), "POST", serve(t, app)+"/pay", "", "Idempotency-Key", "f1")
-		if r.Status != 503 || r.Header.Get("Content-Type") != "application/problem+json" || r.Header.Get("Retry-After") == "" || runs.Load() != 0 {
-			t.Fatalf("%d %v %s runs=%d", r.Status, r.Header, r.Body, runs.Load())
-		}
+		assert.Equal(t, 503, r.Status, "%v %s", r.Header, r.Body)
+		assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "%v %s", r.Header, r.Body)
+		assert.NotEmpty(t, r.Header.Get("Retry-After"), "%v %s", r.Header, r.Body)
+		assert.Zero(t, runs.Load(), "handler runs")
 	})
 	t.Run("claim-custom", func(t *testing.T) {
 		var gotErr error
 		var gotFallback *adapterkit.Response
 		app := newApp()
-		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), claim: down}),
+		app.Post("/pay", mw(t, newEngine(t, &failingStore{Store: memstore.New(), claim: down}),
 			fiberidem.WithErrorHandler(func(c *fiber.Ctx, err error, fallback *adapterkit.Response) error {
 				gotErr, gotFallback = err, fallback
 				return c.Status(fiber.StatusServiceUnavailable).SendString("try later")
 			})),
 			func(c *fiber.Ctx) error { return c.SendString("ran") })
 		r := mustDo(t, client(t, 0), "POST", serve(t, app)+"/pay", "", "Idempotency-Key", "f1")
-		if r.Status != 503 || r.Body != "try later" || !errors.Is(gotErr, down) || gotFallback == nil || gotFallback.Status != 503 {
-			t.Fatalf("%d %q err=%v fallback=%+v", r.Status, r.Body, gotErr, gotFallback)
+		assert.Equal(t, 503, r.Status, "status")
+		assert.Equal(t, "try later", r.Body, "body")
+		assert.ErrorIs(t, gotErr, down, "error handed to the error handler")
+		if assert.NotNil(t, gotFallback, "fallback handed to the error handler") {
+			assert.Equal(t, 503, gotFallback.Status, "fallback status")
 		}
 	})
 	t.Run("commit", func(t *testing.T) {
@@ -612,22 +524,19 @@ func TestStoreFailures(t *testing.T) {
 			c.Set("Access-Control-Allow-Origin", "*")
 			return c.Next()
 		})
-		app.Post("/pay", mw(newEngine(t, &failingStore{Store: memstore.New(), complete: down})),
+		app.Post("/pay", mw(t, newEngine(t, &failingStore{Store: memstore.New(), complete: down})),
 			func(c *fiber.Ctx) error {
 				c.Set("Location", "/v1/payments/p_1")
 				c.Cookie(&fiber.Cookie{Name: "sid", Value: "x"})
 				return c.Status(fiber.StatusCreated).SendString("charged")
 			})
 		r := mustDo(t, client(t, 0), "POST", serve(t, app)+"/pay", "", "Idempotency-Key", "f1")
-		if r.Status != 503 || r.Header.Get("Content-Type") != "application/problem+json" || strings.Contains(r.Body, "charged") {
-			t.Fatalf("%d %v %s", r.Status, r.Header, r.Body)
-		}
-		if r.Header.Get("Location") != "" || r.Header.Get("Set-Cookie") != "" {
-			t.Errorf("handler headers survived a failed commit: %v", r.Header)
-		}
-		if r.Header.Get("Access-Control-Allow-Origin") != "*" {
-			t.Errorf("earlier middleware's header lost: %v", r.Header)
-		}
+		require.Equal(t, 503, r.Status, "%v %s", r.Header, r.Body)
+		require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "%v %s", r.Header, r.Body)
+		require.NotContains(t, r.Body, "charged")
+		assert.Empty(t, r.Header.Get("Location"), "handler headers survived a failed commit: %v", r.Header)
+		assert.Empty(t, r.Header.Get("Set-Cookie"), "handler headers survived a failed commit: %v", r.Header)
+		assert.Equal(t, "*", r.Header.Get("Access-Control-Allow-Origin"), "earlier middleware's header lost: %v", r.Header)
 	})
 }
 
@@ -636,44 +545,36 @@ func TestOptions(t *testing.T) {
 	h := func(c *fiber.Ctx) error { runs.Add(1); return c.SendString("ok") }
 	app := newApp()
 	eng := newEngine(t, nil)
-	app.Post("/skip", mw(eng, fiberidem.WithSkip(func(c *fiber.Ctx) bool { return c.Get("X-Skip") == "1" })), h)
-	app.Post("/scope", mw(eng, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "", errors.New("no user") })), h)
-	app.Post("/nil", mw(eng, nil, fiberidem.WithScope(nil), fiberidem.WithSkip(nil), fiberidem.WithRoute(nil), fiberidem.WithErrorHandler(nil)), h)
-	app.Post("/route", mw(eng, fiberidem.WithRoute(func(*fiber.Ctx) string { return "custom" })), h)
-	app.Get("/get", mw(eng), h)
+	app.Post("/skip", mw(t, eng, fiberidem.WithSkip(func(c *fiber.Ctx) bool { return c.Get("X-Skip") == "1" })), h)
+	app.Post("/scope", mw(t, eng, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "", errors.New("no user") })), h)
+	app.Post("/nil", mw(t, eng, nil, fiberidem.WithScope(nil), fiberidem.WithSkip(nil), fiberidem.WithRoute(nil), fiberidem.WithErrorHandler(nil)), h)
+	app.Post("/route", mw(t, eng, fiberidem.WithRoute(func(*fiber.Ctx) string { return "custom" })), h)
+	app.Get("/get", mw(t, eng), h)
 	base := serve(t, app)
 	cl := client(t, 0)
 
-	if r := mustDo(t, cl, "POST", base+"/skip", "", "X-Skip", "1"); r.Status != 200 {
-		t.Errorf("skip: %d %s", r.Status, r.Body)
+	r := mustDo(t, cl, "POST", base+"/skip", "", "X-Skip", "1")
+	assert.Equal(t, 200, r.Status, "skip: %s", r.Body)
+	r = mustDo(t, cl, "POST", base+"/skip", "")
+	assert.Equal(t, 400, r.Status, "not skipped, no key: %s", r.Body)
+	r = mustDo(t, cl, "POST", base+"/scope", "", "Idempotency-Key", "k")
+	assert.Equal(t, 401, r.Status, "scope error: %s", r.Body)
+	r = mustDo(t, cl, "POST", base+"/scope", "")
+	assert.Equal(t, 400, r.Status, "scope not evaluated before the key check: %s", r.Body)
+	r = mustDo(t, cl, "POST", base+"/nil", "", "Idempotency-Key", "k")
+	assert.Equal(t, 200, r.Status, "nil options: %s", r.Body)
+	r = mustDo(t, cl, "POST", base+"/route", "", "Idempotency-Key", "k2")
+	assert.Equal(t, 200, r.Status, "custom route: %s", r.Body)
+	if rec, err := eng.Store().Get(context.Background(), "", "k2"); assert.NoError(t, err, "custom route record") {
+		assert.Equal(t, "custom", rec.Route, "custom route record: %+v", rec)
 	}
-	if r := mustDo(t, cl, "POST", base+"/skip", ""); r.Status != 400 {
-		t.Errorf("not skipped, no key: %d %s", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/scope", "", "Idempotency-Key", "k"); r.Status != 401 {
-		t.Errorf("scope error: %d %s", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/scope", ""); r.Status != 400 {
-		t.Errorf("scope not evaluated before the key check: %d %s", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/nil", "", "Idempotency-Key", "k"); r.Status != 200 {
-		t.Errorf("nil options: %d %s", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/route", "", "Idempotency-Key", "k2"); r.Status != 200 {
-		t.Errorf("custom route: %d %s", r.Status, r.Body)
-	}
-	if rec, err := eng.Store().Get(context.Background(), "", "k2"); err != nil || rec.Route != "custom" {
-		t.Errorf("custom route record: %+v %v", rec, err)
-	}
-	if m, err := fiberidem.New(nil, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "u", nil })); err == nil || m != nil {
-		t.Errorf("New(nil) = %v, want an error", err)
-	}
-	if r := mustDo(t, cl, "GET", base+"/get", ""); r.Status != 200 {
-		t.Errorf("GET bypass: %d %s", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/nil", "", "Idempotency-Key", "bad key with spaces"); r.Status != 400 {
-		t.Errorf("invalid key: %d %s", r.Status, r.Body)
-	}
+	m, err := fiberidem.New(nil, fiberidem.WithScope(func(*fiber.Ctx) (string, error) { return "u", nil }))
+	assert.Error(t, err, "New(nil)")
+	assert.Nil(t, m, "New(nil)")
+	r = mustDo(t, cl, "GET", base+"/get", "")
+	assert.Equal(t, 200, r.Status, "GET bypass: %s", r.Body)
+	r = mustDo(t, cl, "POST", base+"/nil", "", "Idempotency-Key", "bad key with spaces")
+	assert.Equal(t, 400, r.Status, "invalid key: %s", r.Body)
 }
 
 // TestUseMountedRoutes: registered with app.Use or Group.Use, c.Route() is
@@ -683,23 +584,22 @@ func TestUseMountedRoutes(t *testing.T) {
 	store := memstore.New()
 	app := newApp()
 	v1 := app.Group("/v1")
-	v1.Use(mw(newEngine(t, store)))
+	v1.Use(mw(t, newEngine(t, store)))
 	v1.Post("/payments", func(c *fiber.Ctx) error { return c.Status(201).SendString("payment") })
 	v1.Post("/refunds", func(c *fiber.Ctx) error { return c.Status(201).SendString("refund") })
 	base := serve(t, app)
 	cl := client(t, 0)
-	if r := mustDo(t, cl, "POST", base+"/v1/payments", "{}", "Idempotency-Key", "u1"); r.Status != 201 || r.Body != "payment" {
-		t.Fatalf("payments: %d %q", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/v1/refunds", "{}", "Idempotency-Key", "u1"); r.Status != http.StatusUnprocessableEntity {
-		t.Fatalf("same key on another route: %d %q", r.Status, r.Body)
-	}
-	if r := mustDo(t, cl, "POST", base+"/v1/payments", "{}", "Idempotency-Key", "u1"); r.Body != "payment" || r.Header.Get(core.ReplayedHeader) != "true" {
-		t.Fatalf("replay: %d %q", r.Status, r.Body)
-	}
-	if rec, err := store.Get(context.Background(), "", "u1"); err != nil || rec.Route != "/v1/payments" {
-		t.Fatalf("record route %q: %v", rec.Route, err)
-	}
+	r := mustDo(t, cl, "POST", base+"/v1/payments", "{}", "Idempotency-Key", "u1")
+	require.Equal(t, 201, r.Status, "payments: %q", r.Body)
+	require.Equal(t, "payment", r.Body, "payments")
+	r = mustDo(t, cl, "POST", base+"/v1/refunds", "{}", "Idempotency-Key", "u1")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "same key on another route: %q", r.Body)
+	r = mustDo(t, cl, "POST", base+"/v1/payments", "{}", "Idempotency-Key", "u1")
+	require.Equal(t, "payment", r.Body, "replay: %d", r.Status)
+	require.Equal(t, "true", r.Header.Get(core.ReplayedHeader), "replay: %d %q", r.Status, r.Body)
+	rec, err := store.Get(context.Background(), "", "u1")
+	require.NoError(t, err, "record")
+	require.Equal(t, "/v1/payments", rec.Route, "record route")
 }
 
 // TestReplayBodyEditedInPlace: a replay's body is the store's (records are
@@ -719,19 +619,18 @@ func TestReplayBodyEditedInPlace(t *testing.T) {
 		}
 		return err
 	})
-	app.Post("/pay", mw(eng), func(c *fiber.Ctx) error {
+	app.Post("/pay", mw(t, eng), func(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusCreated).SendString("paid")
 	})
 	base := serve(t, app)
 	cl := client(t, 1)
 	for i := range 3 {
 		r := mustDo(t, cl, "POST", base+"/pay", "{}", "Idempotency-Key", "edit-1")
-		if r.Status != fiber.StatusCreated || r.Body != "PAID" {
-			t.Fatalf("request %d: %d %q", i, r.Status, r.Body)
-		}
+		require.Equal(t, fiber.StatusCreated, r.Status, "request %d: %q", i, r.Body)
+		require.Equal(t, "PAID", r.Body, "request %d", i)
 	}
 	rec, err := eng.Store().Get(context.Background(), "", "edit-1")
-	if err != nil || rec.Response == nil || string(rec.Response.Body) != "paid" { // recorded before the edit
-		t.Fatalf("stored: %+v %v", rec.Response, err)
-	}
+	require.NoError(t, err, "stored")
+	require.NotNil(t, rec.Response, "stored response")
+	require.Equal(t, "paid", string(rec.Response.Body), "stored body") // recorded before the edit
 }
