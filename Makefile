@@ -63,7 +63,7 @@ bench: bench-inproc bench-pg bench-mysql bench-sqlite bench-e2e bench-far
 
 ## bench-inproc: §1 and §7: per-adapter and engine overhead on memstore, fiberidem vs Fiber's idempotency middleware
 bench-inproc:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./tests/nethttpidem ./ginidem ./echoidem ./echov5idem ./tests/fiberidem ./fiberidem
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./nethttpidem ./ginidem ./echoidem ./echov5idem ./fiberidem
 
 ## bench-pg: §2 pgstore claim+complete vs the raw-statement floors (throughput and CPU), WithInsertFirst's
 ## replay, NOTIFY cost, Tx's txid at BEGIN; §5 wait-mode wake-up; §6 the cost of a step
