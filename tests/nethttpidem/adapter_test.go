@@ -1,3 +1,8 @@
+// Package nethttpidem_test runs the idemtest conformance suite for
+// nethttpidem on the database stores (pgstore, mysqlstore, sqlitestore),
+// whose drivers the root module does not require. Every other test of the
+// net/http adapter, the suite on memstore included, lives beside the code
+// in nethttpidem.
 package nethttpidem_test
 
 import (
@@ -9,14 +14,15 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
-	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
-	"github.com/idemkit/idem/tests/internal/pgstores"
 )
 
 // adapter serves idemtest routes on an http.ServeMux, each handler wrapped
 // in the middleware, so r.Pattern gives the route template. net/http
 // handlers have no error to return (NoHandlerErrors).
+//
+// It is a copy of the adapter in nethttpidem/conformance_test.go (test
+// files cannot be imported); keep the two in step.
 var adapter = idemtest.Adapter{
 	Name:            "nethttp",
 	NoHandlerErrors: true,
@@ -29,7 +35,13 @@ var adapter = idemtest.Adapter{
 		for _, rt := range routes {
 			mux.Handle(rt.Method+" "+rt.Path, mw(rt.Handler))
 		}
-		return startSuiteServer(t, mux, cfg), nil
+		srv := httptest.NewUnstartedServer(mux)
+		if cfg.Log != nil {
+			srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv.URL, nil
 	},
 }
 
@@ -59,29 +71,4 @@ func suiteOptions(cfg idemtest.Config) []nethttpidem.Option {
 		}))
 	}
 	return opts
-}
-
-// startSuiteServer serves h on a real listener, the server's error log
-// into cfg.Log when set, closed at the end of the test.
-func startSuiteServer(t *testing.T, h http.Handler, cfg idemtest.Config) string {
-	srv := httptest.NewUnstartedServer(h)
-	if cfg.Log != nil {
-		srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-func newMemstore(*testing.T) core.Store { return memstore.New() }
-
-func TestConformance(t *testing.T) {
-	idemtest.Run(t, adapter, newMemstore)
-}
-
-// TestConformancePostgres runs the suite on pgstore, in a schema of its own;
-// scenarios use unique keys and tenants, so they share one store.
-func TestConformancePostgres(t *testing.T) {
-	store, _ := pgstores.Store(t)
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
 }

@@ -81,6 +81,56 @@ func problemType(t *testing.T, body string) string {
 
 const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
 
+// commits returns an engine option and a channel that receives the kind
+// of each Commit or Abort (EventCommit, EventFail, EventAbort,
+// EventLeaseLost) once the store has recorded it: the engine reports the
+// event after the store call returns. A test waits on it instead of
+// polling for the record to change. The channel holds 16 events.
+func commits() (core.Option, <-chan core.EventKind) {
+	ch := make(chan core.EventKind, 16)
+	return core.WithObserver(func(ev core.Event) {
+		switch ev.Kind {
+		case core.EventCommit, core.EventFail, core.EventAbort, core.EventLeaseLost:
+			ch <- ev.Kind
+		}
+	}), ch
+}
+
+// nextCommit waits for the next event on ch (see commits).
+func nextCommit(t *testing.T, ch <-chan core.EventKind) core.EventKind {
+	t.Helper()
+	select {
+	case k := <-ch:
+		return k
+	case <-time.After(10 * time.Second): // a guard against a hang, not a pace
+		require.FailNow(t, "no commit or abort recorded within 10s")
+		return ""
+	}
+}
+
+// watchingStore is a memstore that closes waiting once n duplicates
+// have started watching their key (storekit.Watcher): with core.WithWait
+// a duplicate that found the key in flight watches it before it waits, and
+// it watches again only after the record changed.
+type watchingStore struct {
+	*memstore.Store
+	n       int64
+	watches atomic.Int64
+	waiting chan struct{}
+}
+
+func newWatchingStore(n int) *watchingStore {
+	return &watchingStore{Store: memstore.New(), n: int64(n), waiting: make(chan struct{})}
+}
+
+func (s *watchingStore) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func()) {
+	ch, stop := s.Store.Watch(ctx, scope, key)
+	if s.watches.Add(1) == s.n {
+		close(s.waiting)
+	}
+	return ch, stop
+}
+
 // TestHundredConcurrentIdenticalRequests is issue 2's must-show: 100
 // identical requests at once through nethttpidem + memstore run the handler
 // exactly once; the others get 409 (or, in wait mode, the replayed 201).
@@ -92,7 +142,8 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 			if wait {
 				opts = append(opts, core.WithWait(10*time.Second))
 			}
-			eng := newEngine(t, memstore.New(), opts...)
+			store := newWatchingStore(total - 1)
+			eng := newEngine(t, store, opts...)
 			var runs atomic.Int64
 			release := make(chan struct{})
 			var once sync.Once
@@ -101,7 +152,7 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 				n := runs.Add(1)
 				select {
 				case <-release:
-				case <-time.After(10 * time.Second):
+				case <-time.After(10 * time.Second): // a guard: the test opens release
 				}
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusCreated)
@@ -129,8 +180,13 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 			}
 			close(start)
 			if wait {
-				// Let every duplicate reach the engine and start waiting.
-				time.Sleep(300 * time.Millisecond)
+				// Release the owner once every duplicate has found the key
+				// in flight and waits on it.
+				select {
+				case <-store.waiting:
+				case <-time.After(10 * time.Second): // a guard against a hang, not a pace
+					t.Errorf("%d of %d duplicates waiting after 10s", store.watches.Load(), total-1)
+				}
 				open()
 			}
 			go func() { wg.Wait(); close(results) }()
@@ -250,7 +306,8 @@ func TestFlushedResponseNotRetained(t *testing.T) {
 
 // A hijacked connection is never stored either.
 func TestHijackedResponseNotRetained(t *testing.T) {
-	eng := newEngine(t, memstore.New())
+	end, ended := commits()
+	eng := newEngine(t, memstore.New(), end)
 	var runs atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -271,16 +328,10 @@ func TestHijackedResponseNotRetained(t *testing.T) {
 	assert.Equal(t, "hijacked", r.body)
 
 	// The hijacked bytes reach the client before the handler returns and
-	// Commit runs, so a retry sent at once may still find the key in
-	// flight: wait that window out.
+	// Commit runs: retry once the commit is recorded.
+	require.Equal(t, core.EventCommit, nextCommit(t, ended))
 	r2, err := post(client, srv.URL+"/raw", "hj-1", payBody)
 	require.NoError(t, err)
-	for deadline := time.Now().Add(5 * time.Second); r2.status == http.StatusConflict &&
-		problemType(t, r2.body) == core.ProblemBaseURI+core.ProblemInFlight && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		r2, err = post(client, srv.URL+"/raw", "hj-1", payBody)
-		require.NoError(t, err)
-	}
 	assert.Equal(t, http.StatusConflict, r2.status, r2.body)
 	assert.Equal(t, core.ProblemBaseURI+core.ProblemNotRetained, problemType(t, r2.body))
 	assert.EqualValues(t, 1, runs.Load())
@@ -463,11 +514,14 @@ func TestCommitFailureHidesHandlerResponse(t *testing.T) {
 // strand the key: the empty, abandoned response is treated as an abort and
 // a retry runs the handler.
 func TestClientDisconnectReleasesKey(t *testing.T) {
-	eng := newEngine(t, memstore.New())
+	end, ended := commits()
+	eng := newEngine(t, memstore.New(), end)
 	var runs atomic.Int64
+	started := make(chan struct{})
 	done := make(chan struct{}, 2)
 	srv := serve(t, eng, "POST /pay", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
+			close(started)
 			select {
 			case <-r.Context().Done():
 			case <-time.After(10 * time.Second):
@@ -478,23 +532,36 @@ func TestClientDisconnectReleasesKey(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	}))
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", strings.NewReader(payBody))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", strings.NewReader(payBody))
+	require.NoError(t, err)
 	req.Header.Set("Idempotency-Key", "gone")
-	_, err := newClient(t).Do(req)
-	require.Error(t, err)
+	client := newClient(t)
+	sent := make(chan error, 1)
+	go func() {
+		res, err := client.Do(req)
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		sent <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second): // a guard against a hang, not a pace
+		t.Fatal("handler never ran")
+	}
+	cancel() // the client goes away while the handler waits
+	require.Error(t, <-sent)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler never returned")
 	}
-	// The abort commit happens right after the handler returns.
-	var r resp
-	require.Eventually(t, func() bool {
-		r, err = post(newClient(t), srv.URL+"/pay", "gone", payBody)
-		return err == nil && r.status != http.StatusConflict
-	}, 5*time.Second, 10*time.Millisecond)
+	// The abort is recorded right after the handler returns: retry then.
+	require.Equal(t, core.EventAbort, nextCommit(t, ended))
+	r, err := post(newClient(t), srv.URL+"/pay", "gone", payBody)
+	require.NoError(t, err)
 	assert.Equal(t, http.StatusCreated, r.status, r.body)
 	assert.EqualValues(t, 2, runs.Load())
 }

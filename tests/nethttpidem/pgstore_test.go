@@ -1,0 +1,16 @@
+package nethttpidem_test
+
+import (
+	"testing"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/tests/internal/pgstores"
+)
+
+// TestConformancePostgres runs the suite on pgstore, in a schema of its own;
+// scenarios use unique keys and tenants, so they share one store.
+func TestConformancePostgres(t *testing.T) {
+	store, _ := pgstores.Store(t)
+	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+}
