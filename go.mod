@@ -3,7 +3,8 @@ module github.com/idemkit/idem
 go 1.25.0
 
 require (
-	github.com/stretchr/testify v1.12.1 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

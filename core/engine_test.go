@@ -17,13 +17,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -49,6 +50,19 @@ func decide(t *testing.T, eng *core.Engine, req core.Request) *core.Decision {
 	d, err := eng.Decide(context.Background(), req)
 	require.NoError(t, err)
 	require.NotNil(t, d)
+	return d
+}
+
+// pollDecide is decide for an Eventually condition, which testify runs on a
+// goroutine of its own where require (t.FailNow) must not be called: a
+// failure is reported with assert and gives a nil decision, on which the
+// condition should stop polling and the test then require a decision.
+func pollDecide(t *testing.T, eng *core.Engine, req core.Request) *core.Decision {
+	t.Helper()
+	d, err := eng.Decide(context.Background(), req)
+	if !assert.NoError(t, err) || !assert.NotNil(t, d) {
+		return nil
+	}
 	return d
 }
 

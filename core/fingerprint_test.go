@@ -5,9 +5,10 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/internal/testkit/assert"
 )
 
 func fp(method, route, body string, canonical bool) string {

@@ -10,12 +10,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // A slow owner that is still alive keeps its lease: the heartbeat extends
@@ -69,13 +70,14 @@ func TestDeadOwnerTakenOver(t *testing.T) {
 
 		var heir *core.Decision
 		require.Eventually(t, func() bool {
-			d := decide(t, alive, request("k", payBody))
-			if d.Outcome == core.Proceed {
+			d := pollDecide(t, alive, request("k", payBody))
+			if d == nil || d.Outcome == core.Proceed { // nil: Decide failed (reported), stop polling
 				heir = d
 				return true
 			}
 			return false
 		}, 3*time.Second, 20*time.Millisecond, "the lapsed lease was never taken over")
+		require.NotNil(t, heir)
 		assert.Greater(t, heir.Fence().Token, zombie.Fence().Token, "a takeover bumps the token")
 
 		require.NoError(t, alive.Commit(context.Background(), heir, created("heir")))
@@ -90,9 +92,10 @@ func TestDeadOwnerTakenOver(t *testing.T) {
 		// The same with the zombie committing before the heir: still fenced.
 		zombie = proceed(t, dead, request("k2", payBody))
 		require.Eventually(t, func() bool {
-			heir = decide(t, alive, request("k2", payBody))
-			return heir.Outcome == core.Proceed
+			heir = pollDecide(t, alive, request("k2", payBody))
+			return heir == nil || heir.Outcome == core.Proceed // nil: Decide failed (reported), stop polling
 		}, 3*time.Second, 20*time.Millisecond)
+		require.NotNil(t, heir)
 		require.ErrorIs(t, dead.Commit(context.Background(), zombie, adapterkit.Response{Status: 500}), core.ErrLeaseLost)
 		require.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
 		requireProblem(t, decide(t, alive, request("k2", payBody)), http.StatusConflict, core.ProblemInFlight)
@@ -122,9 +125,10 @@ func TestHeartbeatLeaseLostCancelsHandler(t *testing.T) {
 
 		var heir *core.Decision
 		require.Eventually(t, func() bool {
-			heir = decide(t, other, request("k", payBody))
-			return heir.Outcome == core.Proceed
+			heir = pollDecide(t, other, request("k", payBody))
+			return heir == nil || heir.Outcome == core.Proceed // nil: Decide failed (reported), stop polling
 		}, 3*time.Second, 20*time.Millisecond)
+		require.NotNil(t, heir)
 		stalled.Store(false) // the next heartbeat reaches the store and finds the lease gone
 
 		select {
@@ -182,6 +186,69 @@ func TestHeartbeatFailingForWholeLease(t *testing.T) {
 	})
 }
 
+// When the owner cannot renew its lease, its handler must be stopped no
+// later than the moment another instance may take the key over. The lease
+// in the store runs from when the store applied the last renewal (or the
+// claim), which is before its reply reached the owner: counting the whole
+// lease from the reply, or only checking on the next heartbeat tick, leaves
+// the handler running alongside the new owner.
+func TestHeartbeatLossCancelsHandlerNoLaterThanTakeover(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	const slowReply = 180 * time.Millisecond // < lease/3: the call still "succeeds"
+
+	run := func(t *testing.T, claimReply, hbReply time.Duration) {
+		mem := memstore.New()
+		var hbCalls atomic.Int64
+		owner := newEngine(t, &faultStore{
+			Store: mem,
+			claim: func(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+				res, err := mem.Claim(ctx, r)
+				time.Sleep(claimReply) // the reply is slow to come back
+				return res, err
+			},
+			heartbeat: func(ctx context.Context, f storekit.Fence, d time.Duration) error {
+				if hbCalls.Add(1) == 1 && hbReply > 0 {
+					err := mem.Heartbeat(ctx, f, d) // applied at once...
+					time.Sleep(hbReply)             // ...acknowledged late
+					return err
+				}
+				return errors.New("store unreachable from this instance")
+			},
+		}, core.WithLease(lease))
+		other := newEngine(t, mem, core.WithLease(lease))
+
+		d := proceed(t, owner, request("k", payBody))
+		ctx := d.Context(context.Background())
+		var cancelledAt atomic.Int64
+		stop := context.AfterFunc(ctx, func() { cancelledAt.Store(time.Now().UnixNano()) })
+		defer stop()
+
+		var heir *core.Decision
+		require.Eventually(t, func() bool {
+			heir = pollDecide(t, other, request("k", payBody))
+			return heir == nil || heir.Outcome == core.Proceed // nil: Decide failed (reported), stop polling
+		}, 5*time.Second, 5*time.Millisecond, "never taken over")
+		require.NotNil(t, heir)
+		takenOver := time.Now()
+
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("owner's handler never cancelled")
+		}
+		require.ErrorIs(t, context.Cause(ctx), core.ErrLeaseLost)
+		if late := time.Unix(0, cancelledAt.Load()).Sub(takenOver); late > 60*time.Millisecond {
+			t.Errorf("the owner's handler kept running %v after another instance took its key over", late)
+		}
+		_ = owner.Abort(context.Background(), d, nil)
+		require.NoError(t, other.Commit(context.Background(), heir, created("heir")))
+	}
+	// In a bubble: the store's slow replies take simulated time, and the
+	// owner's lateness is measured on that clock, not the loaded machine's.
+	t.Run("slow heartbeat reply", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { run(t, 0, slowReply) }) })
+	t.Run("slow claim reply", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { run(t, slowReply, 0) }) })
+}
+
 // A transient heartbeat error does not stop a handler whose next heartbeat
 // succeeds.
 func TestHeartbeatTransientError(t *testing.T) {
@@ -235,5 +302,41 @@ func TestHeartbeatQueue(t *testing.T) {
 		time.Sleep(2 * lease)
 		assert.Greater(t, s.heartbeats.Load(), n, "a claim after the queue emptied gets renewals too")
 		require.NoError(t, eng.Commit(context.Background(), d, created("d")))
+	})
+}
+
+// Commit must not wait for a renewal that is stuck in the store (a pool
+// with no free connection, a slow network): the renewal is moot once the
+// execution is over, and waiting for it delays the client's response by up
+// to lease/3 (10s with the default lease) although Commit itself would go
+// through at once.
+func TestCommitDoesNotWaitForStuckHeartbeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		mem := memstore.New()
+		started := make(chan struct{}, 1)
+		eng := newEngine(t, &faultStore{Store: mem, heartbeat: func(ctx context.Context, f storekit.Fence, d time.Duration) error {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-ctx.Done() // stuck until its deadline
+			return ctx.Err()
+		}}, core.WithLease(lease))
+		d := proceed(t, eng, request("k", payBody))
+		select {
+		case <-started:
+		case <-time.After(3 * time.Second):
+			t.Fatal("no heartbeat")
+		}
+		// In the bubble the clock moves only when every goroutine is blocked:
+		// a Commit that waited for the stuck renewal would let it run to its
+		// deadline, one that does not wait takes no time at all.
+		start := time.Now()
+		require.NoError(t, eng.Commit(context.Background(), d, created("done")))
+		if took := time.Since(start); took != 0 {
+			t.Errorf("Commit took %v (simulated) waiting for a stuck heartbeat", took)
+		}
+		require.Equal(t, core.Replay, decide(t, eng, request("k", payBody)).Outcome)
 	})
 }

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/internal/testkit/assert"
 )
 
 func TestParseKey(t *testing.T) {

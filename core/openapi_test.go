@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 func TestPolicyFollowsOptions(t *testing.T) {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
 	"testing/iotest"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -56,4 +59,15 @@ func TestDecideReadsBodyExactly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// WithMaxRequestBytes(math.MaxInt64) is the natural way to say "no limit";
+// New accepts it, so Decide must not panic on the first request with a
+// body (limit+1 overflowed and the read slice had a negative length).
+func TestMaxRequestBytesMaxInt64IsNoLimit(t *testing.T) {
+	eng := newEngine(t, memstore.New(), core.WithMaxRequestBytes(math.MaxInt64))
+	var d *core.Decision
+	require.NotPanics(t, func() { d = proceed(t, eng, request("k", payBody)) })
+	require.Equal(t, payBody, string(d.Body))
+	require.NoError(t, eng.Commit(context.Background(), d, created("ok")))
 }

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // Relay keys are per record: the same for every attempt at one record (a

@@ -11,13 +11,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // stepCounter is a step function that counts its runs.

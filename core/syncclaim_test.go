@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // syncingStore is a store whose claims are not durable when Claim returns

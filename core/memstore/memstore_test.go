@@ -8,16 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/leak"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
-func TestMain(m *testing.M) { leak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(testing.TB) core.Store { return memstore.New() })

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 func closed(ch <-chan struct{}) bool {
