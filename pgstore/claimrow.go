@@ -172,11 +172,8 @@ func decodeClaimRow(b []byte, req *storekit.ClaimRequest) (claimRow, error) {
 					return out, errors.Join(err, errors.New("claim function column resp_header: unknown jsonb binary version"))
 				}
 				if h = h[1:]; len(h) > 0 {
-					hdr, perr := parseHeaderJSON(h)
-					if perr != nil { // not PostgreSQL's usual print: let encoding/json judge
-						perr = json.Unmarshal(h, &hdr)
-					}
-					if perr != nil {
+					var hdr map[string][]string
+					if perr := json.Unmarshal(h, &hdr); perr != nil {
 						return out, errors.Join(err, fmt.Errorf("decode stored headers: %w", perr))
 					}
 					resp.Header = hdr

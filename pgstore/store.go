@@ -347,11 +347,8 @@ func scanRecord(row pgx.Row, hasPayload *bool, extra ...any) (storekit.Record, e
 			NotRetained: notRetained,
 		}
 		if len(respHeader) > 0 {
-			h, err := parseHeaderJSON(respHeader)
-			if err != nil { // not PostgreSQL's usual print: let encoding/json judge
-				err = json.Unmarshal(respHeader, &h)
-			}
-			if err != nil {
+			var h map[string][]string
+			if err := json.Unmarshal(respHeader, &h); err != nil {
 				return storekit.Record{}, fmt.Errorf("decode stored headers: %w", err)
 			}
 			resp.Header = h
@@ -416,7 +413,7 @@ func (s *Store) Complete(ctx context.Context, f storekit.Fence, resp storekit.St
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
 	var header any
 	if len(resp.Header) > 0 {
-		header = string(appendHeaderJSON(nil, resp.Header))
+		header = headerJSON(resp.Header)
 	}
 	return []any{f.Scope, f.Key, f.Token, int32(resp.Status), header, resp.Body, resp.NotRetained}
 }
