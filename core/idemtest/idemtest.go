@@ -112,16 +112,69 @@ func (s FailingStore) Claim(ctx context.Context, _ storekit.ClaimRequest) (store
 	return storekit.ClaimResult{}, fmt.Errorf("idemtest: claim: %w", err)
 }
 
-// countingStore counts Claim calls, so scenarios can tell that duplicates
-// have reached the store before releasing a blocked handler.
+// countingStore counts Claim calls and, while a scenario holds them
+// (holdInFlight), keeps every in-flight answer (a Claim that found the key
+// processing and did not take it) from the engine until released. A
+// request's claims are sequential, so the answers held at once are as many
+// as the distinct requests told the key is in flight: the duplicates that
+// then wait. Scenarios release a blocked handler only once they all are.
 type countingStore struct {
 	core.Store
 	claims atomic.Int64
+
+	mu   sync.Mutex
+	hold chan struct{} // closed by the release holdInFlight returns; nil when not holding
+	held int           // in-flight answers held right now
 }
 
 func (s *countingStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.claims.Add(1)
-	return s.Store.Claim(ctx, req)
+	res, err := s.Store.Claim(ctx, req)
+	if err != nil || res.Claimed || res.Record.Status != storekit.StatusProcessing {
+		return res, err
+	}
+	s.mu.Lock()
+	hold := s.hold
+	if hold == nil {
+		s.mu.Unlock()
+		return res, err
+	}
+	s.held++
+	s.mu.Unlock()
+	timer := time.NewTimer(waitTimeout) // bounded: a scenario that fails never releases
+	select {
+	case <-hold:
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	timer.Stop()
+	s.mu.Lock()
+	s.held--
+	s.mu.Unlock()
+	return res, err
+}
+
+// holdInFlight makes Claim hold in-flight answers until release is
+// called (release is idempotent).
+func (s *countingStore) holdInFlight() (release func()) {
+	hold := make(chan struct{})
+	s.mu.Lock()
+	s.hold = hold
+	s.mu.Unlock()
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.hold = nil
+		s.mu.Unlock()
+		close(hold)
+	})
+}
+
+// heldInFlight is the number of in-flight answers held right now: of
+// distinct requests, each waiting for its answer.
+func (s *countingStore) heldInFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
 }
 
 // countingWatcher is countingStore for a store that is also a
@@ -392,7 +445,7 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the poll interval: cond decides, not the sleep
 	}
 }
 

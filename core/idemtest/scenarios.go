@@ -231,12 +231,15 @@ func scWaitMode(t *testing.T, e *env) {
 		t.Fatal("first request never reached the handler")
 	}
 	const dups = 5
+	// Release the first only once every duplicate has been told the key is
+	// in flight, and so waits: the store holds those answers until then.
+	release := e.store.holdInFlight()
+	defer release()
 	dupCh := e.sendAll(dups, c)
-	// Release the first only once the duplicates are waiting on the store.
-	if !waitUntil(waitTimeout, func() bool { return e.store.claims.Load() >= 1+dups }) {
-		t.Errorf("duplicates never reached the store (%d claims)", e.store.claims.Load())
+	if !waitUntil(waitTimeout, func() bool { return e.store.heldInFlight() >= dups }) {
+		t.Errorf("%d of %d duplicates were told the key is in flight (%d claims), want all", e.store.heldInFlight(), dups, e.store.claims.Load())
 	}
-	time.Sleep(50 * time.Millisecond)
+	release()
 	g.Open()
 	first := <-firstCh
 	if first.status != http.StatusCreated {
@@ -302,11 +305,15 @@ func scConcurrent100Wait(t *testing.T, e *env) {
 	e.openOnCleanup(g)
 	const total = 100
 	c := call{method: "POST", path: "/pay", key: e.key("c100w"), tenant: e.tenant("a"), body: payBody}
+	// Release the owner only once every other request has been told the key
+	// is in flight, and so waits: the store holds those answers until then.
+	release := e.store.holdInFlight()
+	defer release()
 	ch := e.sendAll(total, c)
-	if !waitUntil(waitTimeout, func() bool { return e.store.claims.Load() >= total }) {
-		t.Errorf("only %d claims reached the store", e.store.claims.Load())
+	if !waitUntil(waitTimeout, func() bool { return e.store.heldInFlight() >= total-1 }) {
+		t.Errorf("%d of %d duplicates were told the key is in flight (%d claims), want all", e.store.heldInFlight(), total-1, e.store.claims.Load())
 	}
-	time.Sleep(50 * time.Millisecond)
+	release()
 	g.Open()
 	var bodies = map[string]int{}
 	var fresh int

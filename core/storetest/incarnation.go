@@ -11,8 +11,6 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // Incarnations. A record's CreatedAt names its incarnation: it is set when
@@ -34,15 +32,21 @@ var incarnationCases = []testCase{
 // requireSameIncarnation compares CreatedAt exactly.
 func requireSameIncarnation(t *testing.T, born time.Time, got storekit.Record, what string) {
 	t.Helper()
-	require.True(t, born.Equal(got.CreatedAt), "%s: CreatedAt %v, want the record's own %v (exactly)", what, got.CreatedAt, born)
+	if !born.Equal(got.CreatedAt) {
+		t.Fatalf("%s: CreatedAt %v, want the record's own %v (exactly)", what, got.CreatedAt, born)
+	}
 }
 
 // requireNewIncarnation checks that a record created again carries an
 // instant of its own, from the claim that created it.
 func requireNewIncarnation(t *testing.T, old time.Time, res storekit.ClaimResult, what string) {
 	t.Helper()
-	require.True(t, res.Claimed, "%s: the key is new again", what)
-	require.True(t, res.Record.CreatedAt.After(old), "%s: CreatedAt %v, want a new one after the old record's %v", what, res.Record.CreatedAt, old)
+	if !res.Claimed {
+		t.Fatalf("%s: not claimed (status %s, CreatedAt %v), want claimed: the key is new again", what, res.Record.Status, res.Record.CreatedAt)
+	}
+	if !res.Record.CreatedAt.After(old) {
+		t.Fatalf("%s: CreatedAt %v, want a new one after the old record's %v", what, res.Record.CreatedAt, old)
+	}
 	requireNear(t, res.Now, res.Record.CreatedAt, what+": CreatedAt = Now")
 }
 
@@ -53,11 +57,13 @@ func testIncarnationTakeovers(t *testing.T, s core.Store) {
 	requireSameIncarnation(t, born, get(t, s, req.Scope, req.Key), "Get after the claim")
 
 	// Taken over after Fail.
-	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	markFailed(t, s, fence(first.Record))
 	requireSameIncarnation(t, born, get(t, s, req.Scope, req.Key), "Get of the failed record")
 	req.Lease = shortLease
 	second := claim(t, s, req)
-	require.True(t, second.Claimed, "a failed record is taken over")
+	if !second.Claimed {
+		t.Fatalf("Claim of a failed record: not claimed (status %s), want it taken over", second.Record.Status)
+	}
 	requireSameIncarnation(t, born, second.Record, "takeover after Fail")
 
 	// Taken over after the lease lapsed: poll with the same request until
@@ -71,17 +77,24 @@ func testIncarnationTakeovers(t *testing.T, s core.Store) {
 			break
 		}
 		requireSameIncarnation(t, born, third.Record, "the record held by a live lease")
-		time.Sleep(shortLease / 5)
+		time.Sleep(shortLease / 5) // the poll interval, not a wait for the lease
 	}
-	require.True(t, third.Claimed, "a lapsed lease is taken over")
-	require.Greater(t, third.Record.Token, second.Record.Token)
+	if !third.Claimed {
+		t.Fatalf("Claim of a lapsed lease: not claimed within %v (locked until %v, store now %v), want it taken over",
+			wakeTimeout, third.Record.LockedUntil, third.Now)
+	}
+	if third.Record.Token <= second.Record.Token {
+		t.Fatalf("takeover token = %d, want more than the lapsed owner's %d", third.Record.Token, second.Record.Token)
+	}
 	requireSameIncarnation(t, born, third.Record, "takeover after the lease lapsed")
 	requireSameIncarnation(t, born, get(t, s, req.Scope, req.Key), "Get after the takeovers")
 
 	// Completed: the replay and Get still name the same incarnation.
-	require.NoError(t, s.Complete(t.Context(), fence(third.Record), sampleResponse()))
+	complete(t, s, fence(third.Record), sampleResponse())
 	replay := claim(t, s, req)
-	require.False(t, replay.Claimed)
+	if replay.Claimed {
+		t.Fatal("Claim of a completed key claimed it, want a replay")
+	}
 	requireSameIncarnation(t, born, replay.Record, "replay")
 	requireSameIncarnation(t, born, get(t, s, req.Scope, req.Key), "Get of the completed record")
 }
@@ -93,10 +106,12 @@ func testIncarnationNewAfterExpiry(t *testing.T, s core.Store) {
 		return req, claimNew(t, s, req)
 	}
 	completedReq, completed := mk(longLease)
-	require.NoError(t, s.Complete(t.Context(), fence(completed.Record), sampleResponse()))
+	complete(t, s, fence(completed.Record), sampleResponse())
 	failedReq, failed := mk(longLease)
-	require.NoError(t, s.Fail(t.Context(), fence(failed.Record)))
+	markFailed(t, s, fence(failed.Record))
 	lapsedReq, lapsed := mk(shortLease)
+	// Not synchronisation: the records must expire on the store's own clock;
+	// expiry is what this case checks.
 	time.Sleep(lapse)
 
 	// The same request as the old record's: a failed record or a lapsed
@@ -117,9 +132,11 @@ func testIncarnationNewAfterExpiry(t *testing.T, s core.Store) {
 		requireSameIncarnation(t, res.Record.CreatedAt, get(t, s, req.Scope, req.Key), c.name+": Get of the new record")
 
 		// And the new incarnation is stable in its turn.
-		require.NoError(t, s.Fail(t.Context(), fence(res.Record)))
+		markFailed(t, s, fence(res.Record))
 		again := claim(t, s, req)
-		require.True(t, again.Claimed)
+		if !again.Claimed {
+			t.Fatalf("%s: Claim of the new record after Fail not claimed (status %s), want it taken over", c.name, again.Record.Status)
+		}
 		requireSameIncarnation(t, res.Record.CreatedAt, again.Record, c.name+": takeover of the new record")
 	}
 }
@@ -129,15 +146,17 @@ func testIncarnationNewAfterExpiry(t *testing.T, s core.Store) {
 func sweep(t *testing.T, s core.Store) bool {
 	t.Helper()
 	if a, ok := storekit.As[storekit.Admin](s); ok {
-		_, err := a.Sweep(t.Context(), 1000)
-		require.NoError(t, err, "Sweep")
+		if _, err := a.Sweep(t.Context(), 1000); err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
 		return true
 	}
 	if p, ok := storekit.As[interface {
 		Purge(context.Context) (int, error)
 	}](s); ok {
-		_, err := p.Purge(t.Context())
-		require.NoError(t, err, "Purge")
+		if _, err := p.Purge(t.Context()); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
 		return true
 	}
 	return false
@@ -147,7 +166,9 @@ func testIncarnationNewAfterSweep(t *testing.T, s core.Store) {
 	req := newReq()
 	req.Retention = shortRetention
 	first := claimNew(t, s, req)
-	require.NoError(t, s.Complete(t.Context(), fence(first.Record), sampleResponse()))
+	complete(t, s, fence(first.Record), sampleResponse())
+	// Not synchronisation: the record must expire on the store's own clock,
+	// so that the sweep below may delete it.
 	time.Sleep(lapse)
 	if !sweep(t, s) {
 		t.Skip("the store has neither storekit.Admin nor Purge: nothing sweeps it")
@@ -159,7 +180,9 @@ func testIncarnationNewAfterSweep(t *testing.T, s core.Store) {
 	// key reused after its record was swept gets a new incarnation (and a
 	// new relay key) proves nothing about it.
 	if _, err := s.Get(t.Context(), req.Scope, req.Key); !errors.Is(err, storekit.ErrNotFound) {
-		require.NoError(t, err, "Get after the sweep")
+		if err != nil {
+			t.Fatalf("Get after the sweep: %v", err)
+		}
 		t.Fatal("the sweep kept the expired record: run this suite on a store " +
 			"configured to keep expired records for no margin (e.g. WithRetentionMargin(0))")
 	}
@@ -196,7 +219,9 @@ func (d deadOwnerStore) Unwrap() core.Store { return d.Store }
 func newEngine(t *testing.T, s core.Store, opts ...core.Option) *core.Engine {
 	t.Helper()
 	eng, err := core.New(s, opts...)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("core.New: %v", err)
+	}
 	return eng
 }
 
@@ -213,26 +238,34 @@ func relayRequest(scope, key, body string) core.Request {
 func decideRelay(t *testing.T, eng *core.Engine, req core.Request) (*core.Decision, string) {
 	t.Helper()
 	d, err := eng.Decide(t.Context(), req)
-	require.NoError(t, err, "Decide")
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
 	if d.Outcome != core.Proceed {
 		return d, ""
 	}
 	t.Cleanup(func() { _ = eng.Abort(context.Background(), d, nil) })
 	relay := core.RelayKey(d.Context(t.Context()), relayLabel)
-	require.NotEmpty(t, relay)
+	if relay == "" {
+		t.Fatal("core.RelayKey of a Proceed is empty, want a relay key")
+	}
 	return d, relay
 }
 
 func proceedRelay(t *testing.T, eng *core.Engine, req core.Request, what string) (*core.Decision, string) {
 	t.Helper()
 	d, relay := decideRelay(t, eng, req)
-	require.Equal(t, core.Proceed, d.Outcome, "%s: %v %s", what, d.Outcome, d.Problem)
+	if d.Outcome != core.Proceed {
+		t.Fatalf("%s: outcome %v %s, want %v", what, d.Outcome, d.Problem, core.Proceed)
+	}
 	return d, relay
 }
 
 func commit(t *testing.T, eng *core.Engine, d *core.Decision, status int) {
 	t.Helper()
-	require.NoError(t, eng.Commit(context.Background(), d, adapterkit.Response{Status: status, Body: []byte(`{"id":"pay_1"}`)}), "Commit %d", status)
+	if err := eng.Commit(context.Background(), d, adapterkit.Response{Status: status, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
+		t.Fatalf("Commit %d: %v", status, err)
+	}
 }
 
 func testRelaySameAcrossTakeovers(t *testing.T, s core.Store) {
@@ -244,23 +277,32 @@ func testRelaySameAcrossTakeovers(t *testing.T, s core.Store) {
 	commit(t, eng, d, http.StatusBadGateway) // the provider failed: retryable
 
 	d, relay := proceedRelay(t, eng, relayRequest(scope, key, body), "retry after a failure")
-	assert.Equal(t, first, relay, "the retry of a failed record sends the provider the first attempt's key")
+	if relay != first {
+		t.Errorf("relay key of the retry of a failed record = %q, want the first attempt's %q", relay, first)
+	}
 	commit(t, eng, d, http.StatusBadGateway)
 
 	// An owner that dies mid-request (its heartbeats never reach the store),
 	// then another instance waiting for it takes the lapsed lease over.
 	dead := newEngine(t, deadOwnerStore{s}, core.WithLease(100*time.Millisecond), core.WithRetention(longRetention))
 	zombie, relay := proceedRelay(t, dead, relayRequest(scope, key, body), "the owner that dies")
-	assert.Equal(t, first, relay, "a takeover of a failed record, by another engine")
+	if relay != first {
+		t.Errorf("relay key of a takeover of a failed record by another engine = %q, want the first attempt's %q", relay, first)
+	}
 	waiter := newEngine(t, s, core.WithLease(longLease), core.WithRetention(longRetention), core.WithWait(2*wakeTimeout))
 	d, relay = proceedRelay(t, waiter, relayRequest(scope, key, body), "takeover of the dead owner's lapsed lease")
-	assert.Equal(t, first, relay, "a takeover after the owner died sends the provider the first attempt's key")
-	require.ErrorIs(t, dead.Commit(context.Background(), zombie, adapterkit.Response{Status: http.StatusCreated}), core.ErrLeaseLost,
-		"the dead owner's late commit")
+	if relay != first {
+		t.Errorf("relay key of a takeover after the owner died = %q, want the first attempt's %q", relay, first)
+	}
+	if err := dead.Commit(context.Background(), zombie, adapterkit.Response{Status: http.StatusCreated}); !errors.Is(err, core.ErrLeaseLost) {
+		t.Fatalf("the dead owner's late Commit: error %v, want core.ErrLeaseLost", err)
+	}
 	commit(t, waiter, d, http.StatusCreated)
 
 	d, _ = decideRelay(t, eng, relayRequest(scope, key, body))
-	require.Equal(t, core.Replay, d.Outcome, "the completed record replays")
+	if d.Outcome != core.Replay {
+		t.Fatalf("outcome for the completed record = %v %s, want %v", d.Outcome, d.Problem, core.Replay)
+	}
 }
 
 func testRelayNewAfterExpiry(t *testing.T, s core.Store) {
@@ -287,17 +329,26 @@ func testRelayNewAfterExpiry(t *testing.T, s core.Store) {
 		if d.Outcome != core.Replay || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(retention / 20)
+		time.Sleep(retention / 20) // the poll interval, not a wait for expiry
 	}
-	require.Equal(t, core.Proceed, d.Outcome, "the completed key, past retention, is new again")
-	assert.NotEqual(t, doneRelay, relay, "a new payment under a reused key (same body) must not send the old payment's relay key")
+	if d.Outcome != core.Proceed {
+		t.Fatalf("outcome for the completed key past retention = %v %s (after %v), want %v: it is new again",
+			d.Outcome, d.Problem, 2*wakeTimeout+retention, core.Proceed)
+	}
+	if relay == doneRelay {
+		t.Errorf("relay key of a new payment under a reused key (same body) = %q, the old payment's: want another", relay)
+	}
 	commit(t, eng, d, http.StatusCreated)
 
 	d, relay = proceedRelay(t, eng, relayRequest(scope, failedKey, body), "the failed key past retention")
-	assert.NotEqual(t, failedRelay, relay, "failed record past retention: a new record, a new relay key")
+	if relay == failedRelay {
+		t.Errorf("failed record past retention: relay key %q, the old record's: want a new one for a new record", relay)
+	}
 	commit(t, eng, d, http.StatusCreated)
 
 	d, relay = proceedRelay(t, eng, relayRequest(scope, lapsedKey, body), "the dead owner's key past retention")
-	assert.NotEqual(t, lapsedRelay, relay, "lapsed record past retention: a new record, a new relay key")
+	if relay == lapsedRelay {
+		t.Errorf("lapsed record past retention: relay key %q, the old record's: want a new one for a new record", relay)
+	}
 	commit(t, eng, d, http.StatusCreated)
 }

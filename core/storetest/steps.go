@@ -3,7 +3,9 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -11,8 +13,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 // stepCases check the optional storekit.StepStore capability (recovery points).
@@ -46,8 +46,12 @@ func stepStore(t *testing.T, s core.Store) storekit.StepStore {
 func loadSteps(t *testing.T, ss storekit.StepStore, f storekit.Fence) map[string][]byte {
 	t.Helper()
 	got, err := ss.LoadSteps(t.Context(), f)
-	require.NoError(t, err, "LoadSteps by the owner")
-	require.NotNil(t, got, "LoadSteps returns an empty map, not nil, when there are no steps")
+	if err != nil {
+		t.Fatalf("LoadSteps by the owner: %v, want nil", err)
+	}
+	if got == nil {
+		t.Fatal("LoadSteps returned a nil map, want an empty map when there are no steps")
+	}
 	return got
 }
 
@@ -57,34 +61,53 @@ func requireSteps(t *testing.T, want map[string]string, got map[string][]byte, w
 	for k, v := range got {
 		g[k] = string(v)
 	}
-	require.Equal(t, want, g, "%s", what)
+	if !maps.Equal(g, want) {
+		t.Fatalf("%s: steps = %q, want %q", what, g, want)
+	}
 }
 
 func saveStep(t *testing.T, ss storekit.StepStore, f storekit.Fence, name, result string) {
 	t.Helper()
-	require.NoError(t, ss.SaveStep(t.Context(), f, name, []byte(result)), "SaveStep(%s) by the owner", name)
+	if err := ss.SaveStep(t.Context(), f, name, []byte(result)); err != nil {
+		t.Fatalf("SaveStep(%s) by the owner: %v, want nil", name, err)
+	}
 }
 
 func testStepTakeoverNotFresh(t *testing.T, s core.Store) {
 	req := newReq()
 	first := claimNew(t, s, req)
-	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	markFailed(t, s, fence(first.Record))
 	again := claim(t, s, req)
-	require.True(t, again.Claimed)
-	require.False(t, again.Fresh, "a takeover of a failed record must not report Fresh: its steps would be skipped")
+	if !again.Claimed {
+		t.Fatalf("Claim of a failed record: not claimed (status %s), want it taken over", again.Record.Status)
+	}
+	if again.Fresh {
+		t.Fatal("a takeover of a failed record reported Fresh, want not Fresh: its steps would be skipped")
+	}
 
 	req = newReq()
 	req.Lease = shortLease
 	claimNew(t, s, req)
+	// Not synchronisation: the lease must lapse on the store's own clock,
+	// so that the claim below is a takeover of a lapsed lease.
 	time.Sleep(lapse)
 	req.Lease = longLease
 	again = claim(t, s, req)
-	require.True(t, again.Claimed)
-	require.False(t, again.Fresh, "a takeover of a lapsed lease must not report Fresh")
+	if !again.Claimed {
+		t.Fatalf("Claim of a lapsed lease: not claimed (status %s, locked until %v, store now %v), want it taken over",
+			again.Record.Status, again.Record.LockedUntil, again.Now)
+	}
+	if again.Fresh {
+		t.Fatal("a takeover of a lapsed lease reported Fresh, want not Fresh")
+	}
 
 	dup := claim(t, s, req)
-	require.False(t, dup.Claimed)
-	require.False(t, dup.Fresh, "Fresh only with Claimed")
+	if dup.Claimed {
+		t.Fatal("Claim during the new owner's lease claimed it, want not claimed")
+	}
+	if dup.Fresh {
+		t.Fatal("a Claim that did not claim reported Fresh, want not Fresh: Fresh only with Claimed")
+	}
 }
 
 func testStepSaveAndLoad(t *testing.T, s core.Store) {
@@ -107,18 +130,28 @@ func testStepSaveAndLoad(t *testing.T, s core.Store) {
 
 	// The store keeps copies: the caller may reuse its slices.
 	buf := []byte("notify-1")
-	require.NoError(t, ss.SaveStep(t.Context(), f, "notify", buf))
+	if err := ss.SaveStep(t.Context(), f, "notify", buf); err != nil {
+		t.Fatalf("SaveStep(notify) by the owner: %v, want nil", err)
+	}
 	copy(buf, "XXXXXXXX")
 	got := loadSteps(t, ss, f)
-	require.Equal(t, "notify-1", string(got["notify"]), "SaveStep must copy its argument")
+	if string(got["notify"]) != "notify-1" {
+		t.Fatalf("step notify = %q after the caller reused its slice, want %q: SaveStep must copy its argument", got["notify"], "notify-1")
+	}
 	got["notify"][0] = 'Y'
 	got["other"] = []byte("x")
-	require.Equal(t, "notify-1", string(loadSteps(t, ss, f)["notify"]), "LoadSteps must hand out copies")
+	if again := loadSteps(t, ss, f)["notify"]; string(again) != "notify-1" {
+		t.Fatalf("step notify = %q after the caller changed a loaded map, want %q: LoadSteps must hand out copies", again, "notify-1")
+	}
 
 	// Steps do not change the record.
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, storekit.StatusProcessing, rec.Status)
-	assert.Equal(t, f.Token, rec.Token)
+	if rec.Status != storekit.StatusProcessing {
+		t.Errorf("Status after SaveStep = %q, want %q", rec.Status, storekit.StatusProcessing)
+	}
+	if rec.Token != f.Token {
+		t.Errorf("Token after SaveStep = %d, want %d", rec.Token, f.Token)
+	}
 }
 
 func testStepLimits(t *testing.T, s core.Store) {
@@ -126,12 +159,21 @@ func testStepLimits(t *testing.T, s core.Store) {
 	f := fence(claimNew(t, s, newReq()).Record)
 	big := randomBytes(t, core.MaxStepBytes)
 	name := strings.Repeat("é", core.MaxStepNameBytes/2) // longest name, multi-byte UTF-8
-	require.NoError(t, ss.SaveStep(t.Context(), f, name, big), "a MaxStepBytes result under a MaxStepNameBytes name")
+	if err := ss.SaveStep(t.Context(), f, name, big); err != nil {
+		t.Fatalf("SaveStep of a MaxStepBytes result under a MaxStepNameBytes name: %v, want nil", err)
+	}
 	bin := binaryBody()
-	require.NoError(t, ss.SaveStep(t.Context(), f, "binary", bin))
+	if err := ss.SaveStep(t.Context(), f, "binary", bin); err != nil {
+		t.Fatalf("SaveStep of a binary result: %v, want nil", err)
+	}
 	got := loadSteps(t, ss, f)
-	require.True(t, bytes.Equal(big, got[name]), "large result read back intact")
-	require.True(t, bytes.Equal(bin, got["binary"]), "binary result read back intact")
+	if !bytes.Equal(big, got[name]) {
+		t.Fatalf("large result read back as %d bytes (first difference at %d), want the %d bytes saved intact",
+			len(got[name]), firstDiff(big, got[name]), len(big))
+	}
+	if !bytes.Equal(bin, got["binary"]) {
+		t.Fatalf("binary result read back as %q, want %q", got["binary"], bin)
+	}
 }
 
 func testStepFenced(t *testing.T, s core.Store) {
@@ -139,9 +181,11 @@ func testStepFenced(t *testing.T, s core.Store) {
 	req := newReq()
 	old := fence(claimNew(t, s, req).Record)
 	saveStep(t, ss, old, "charge", "ch_old")
-	require.NoError(t, s.Fail(t.Context(), old))
+	markFailed(t, s, old)
 	cur := fence(claim(t, s, req).Record)
-	require.Greater(t, cur.Token, old.Token)
+	if cur.Token <= old.Token {
+		t.Fatalf("takeover token = %d, want more than the failed owner's %d", cur.Token, old.Token)
+	}
 
 	// The stale owner can neither overwrite nor add a step, nor read.
 	requireLeaseLost(t, ss.SaveStep(t.Context(), old, "charge", []byte("ch_zombie")), "SaveStep by a stale owner (existing name)")
@@ -161,8 +205,9 @@ func testStepFenced(t *testing.T, s core.Store) {
 		requireLeaseLost(t, err, fmt.Sprintf("LoadSteps with fence %+v", f))
 	}
 	requireSteps(t, map[string]string{"charge": "ch_old"}, loadSteps(t, ss, cur), "refused writes changed nothing")
-	_, err = s.Get(t.Context(), cur.Scope, unique("key"))
-	require.ErrorIs(t, err, storekit.ErrNotFound, "a refused SaveStep creates no record")
+	if _, err = s.Get(t.Context(), cur.Scope, unique("key")); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("Get of a key never claimed: error %v, want storekit.ErrNotFound (a refused SaveStep creates no record)", err)
+	}
 }
 
 func testStepSurvivesTakeover(t *testing.T, s core.Store) {
@@ -173,22 +218,29 @@ func testStepSurvivesTakeover(t *testing.T, s core.Store) {
 	a := fence(claimNew(t, s, req).Record)
 	saveStep(t, ss, a, "reserve", "r_1")
 	saveStep(t, ss, a, "charge", "ch_1")
-	require.NoError(t, s.Fail(t.Context(), a))
+	markFailed(t, s, a)
 	b := fence(claim(t, s, req).Record)
 	requireSteps(t, map[string]string{"reserve": "r_1", "charge": "ch_1"}, loadSteps(t, ss, b), "after a takeover of the failed record")
 	saveStep(t, ss, b, "notify", "n_1")
-	require.NoError(t, s.Complete(t.Context(), b, sampleResponse()))
+	complete(t, s, b, sampleResponse())
 
 	// After the owner died (its lease lapsed).
 	req = newReq()
 	req.Lease = shortLease
 	a = fence(claimNew(t, s, req).Record)
 	saveStep(t, ss, a, "charge", "ch_2")
+	// Not synchronisation: the lease must lapse on the store's own clock,
+	// so that the claim below takes over a dead owner's record.
 	time.Sleep(lapse)
 	req.Lease = longLease
 	res := claim(t, s, req)
-	require.True(t, res.Claimed)
-	require.False(t, res.Fresh)
+	if !res.Claimed {
+		t.Fatalf("Claim of a lapsed lease: not claimed (status %s, locked until %v, store now %v), want it taken over",
+			res.Record.Status, res.Record.LockedUntil, res.Now)
+	}
+	if res.Fresh {
+		t.Fatal("a takeover of a lapsed lease reported Fresh, want not Fresh")
+	}
 	b = fence(res.Record)
 	requireSteps(t, map[string]string{"charge": "ch_2"}, loadSteps(t, ss, b), "after a takeover of a lapsed lease")
 }
@@ -199,12 +251,14 @@ func testStepEndsWithCompletion(t *testing.T, s core.Store) {
 	f := fence(claimNew(t, s, req).Record)
 	saveStep(t, ss, f, "charge", "ch_1")
 	resp := sampleResponse()
-	require.NoError(t, s.Complete(t.Context(), f, resp))
+	complete(t, s, f, resp)
 	requireLeaseLost(t, ss.SaveStep(t.Context(), f, "late", []byte("x")), "SaveStep after Complete")
 	_, err := ss.LoadSteps(t.Context(), f)
 	requireLeaseLost(t, err, "LoadSteps after Complete")
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, storekit.StatusCompleted, rec.Status)
+	if rec.Status != storekit.StatusCompleted {
+		t.Errorf("Status after Complete = %q, want %q", rec.Status, storekit.StatusCompleted)
+	}
 	requireSameResponse(t, &resp, rec.Response, "the completed response")
 }
 
@@ -226,16 +280,20 @@ func testStepExpiresWithRecord(t *testing.T, s core.Store) {
 		saveStep(t, ss, f, "reserve", "r_old")
 		switch end {
 		case "failed":
-			require.NoError(t, s.Fail(t.Context(), f))
+			markFailed(t, s, f)
 		case "completed":
-			require.NoError(t, s.Complete(t.Context(), f, sampleResponse()))
+			complete(t, s, f, sampleResponse())
 		}
+		// Not synchronisation: the record (and, for "lapsed", its lease) must
+		// expire on the store's own clock; expiry is what this case checks.
 		time.Sleep(wait)
 
 		// The key is new again: same request or not, no old step shows.
 		req.Lease, req.Retention = longLease, longRetention
 		res := claim(t, s, req)
-		require.True(t, res.Claimed, "%s: the key is new again past retention", end)
+		if !res.Claimed {
+			t.Fatalf("%s: Claim past retention not claimed (status %s), want claimed: the key is new again", end, res.Record.Status)
+		}
 		g := fence(res.Record)
 		requireSteps(t, map[string]string{}, loadSteps(t, ss, g), end+": a key new again has no steps")
 		saveStep(t, ss, g, "charge", "ch_new")
@@ -285,7 +343,7 @@ func testStepConcurrentOwners(t *testing.T, s core.Store) {
 		f := fence(claim(t, s, req).Record)
 		fences = append(fences, f)
 		if i < owners-1 {
-			require.NoError(t, s.Fail(t.Context(), f))
+			markFailed(t, s, f)
 		}
 	}
 	cur := fences[owners-1]
@@ -309,10 +367,8 @@ func testStepConcurrentOwners(t *testing.T, s core.Store) {
 				mu.Unlock()
 			case o == owners-1:
 				t.Errorf("SaveStep by the current owner: %v", err)
-			default:
-				if !assert.ErrorIs(t, err, core.ErrLeaseLost, "SaveStep by stale owner %d", o) {
-					return
-				}
+			case !errors.Is(err, core.ErrLeaseLost):
+				t.Errorf("SaveStep by stale owner %d: error %v, want core.ErrLeaseLost", o, err)
 			}
 		}()
 	}
@@ -336,9 +392,12 @@ func testStepRacesTakeover(t *testing.T, s core.Store) {
 		req := newReq()
 		req.Lease = shortLease
 		old := fence(claimNew(t, s, req).Record)
-		time.Sleep(lapse) // lapsed, still owned by its token until taken over
+		// Not synchronisation: the lease must lapse on the store's own clock
+		// (lapsed, still owned by its token until taken over).
+		time.Sleep(lapse)
 
 		stop := make(chan struct{})
+		writing := make(chan struct{}) // closed once the old owner's first write returned
 		var (
 			wg       sync.WaitGroup
 			lastOK   = -1
@@ -355,13 +414,17 @@ func testStepRacesTakeover(t *testing.T, s core.Store) {
 				default:
 				}
 				err := ss.SaveStep(t.Context(), old, "charge", fmt.Appendf(nil, "old %d", i))
+				if i == 0 {
+					close(writing)
+				}
 				switch {
 				case err == nil && (stopped || refusals > 0):
 					t.Errorf("round %d: stale write %d landed after the takeover", round, i)
 					return
 				case err == nil:
 					lastOK = i
-				case !assert.ErrorIs(t, err, core.ErrLeaseLost, "round %d: stale write", round):
+				case !errors.Is(err, core.ErrLeaseLost):
+					t.Errorf("round %d: stale write %d: error %v, want core.ErrLeaseLost", round, i, err)
 					return
 				default:
 					refusals++
@@ -372,10 +435,18 @@ func testStepRacesTakeover(t *testing.T, s core.Store) {
 			}
 			t.Errorf("round %d: the old owner's writes were never refused", round)
 		}()
-		time.Sleep(5 * time.Millisecond)
+		// The takeover starts once the old owner is writing, and races the
+		// writes that follow.
+		<-writing
 		req.Lease = longLease
 		res := claim(t, s, req)
-		require.True(t, res.Claimed, "round %d: takeover", round)
+		if !res.Claimed {
+			t.Errorf("round %d: Claim of the lapsed lease not claimed (status %s, locked until %v, store now %v), want it taken over",
+				round, res.Record.Status, res.Record.LockedUntil, res.Now)
+			close(stop) // the writer must be done before the test stops
+			wg.Wait()
+			t.FailNow()
+		}
 		cur := fence(res.Record)
 		// What the new owner reads right after its claim is final: no
 		// stale write may land after it.
@@ -385,7 +456,9 @@ func testStepRacesTakeover(t *testing.T, s core.Store) {
 		if t.Failed() {
 			return
 		}
-		require.Positive(t, refusals, "round %d: the old owner's writes after the takeover must be refused", round)
+		if refusals <= 0 {
+			t.Fatalf("round %d: %d of the old owner's writes refused, want at least one: its writes after the takeover must be refused", round, refusals)
+		}
 		want := map[string]string{}
 		if lastOK >= 0 {
 			want["charge"] = fmt.Sprintf("old %d", lastOK)
@@ -400,8 +473,11 @@ func testStepContext(t *testing.T, s core.Store) {
 	f := fence(claimNew(t, s, newReq()).Record)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	require.ErrorIs(t, ss.SaveStep(ctx, f, "charge", []byte("x")), context.Canceled, "SaveStep on a cancelled context")
-	_, err := ss.LoadSteps(ctx, f)
-	require.ErrorIs(t, err, context.Canceled, "LoadSteps on a cancelled context")
+	if err := ss.SaveStep(ctx, f, "charge", []byte("x")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SaveStep on a cancelled context: error %v, want context.Canceled", err)
+	}
+	if _, err := ss.LoadSteps(ctx, f); !errors.Is(err, context.Canceled) {
+		t.Fatalf("LoadSteps on a cancelled context: error %v, want context.Canceled", err)
+	}
 	requireSteps(t, map[string]string{}, loadSteps(t, ss, f), "a cancelled SaveStep stores nothing")
 }

@@ -16,8 +16,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/testkit/assert"
-	"github.com/idemkit/idem/internal/testkit/require"
 )
 
 const (
@@ -183,22 +181,45 @@ func fence(r storekit.Record) storekit.Fence {
 func claim(t *testing.T, s core.Store, req storekit.ClaimRequest) storekit.ClaimResult {
 	t.Helper()
 	res, err := s.Claim(t.Context(), req)
-	require.NoError(t, err, "Claim(%s/%s)", req.Scope, req.Key)
+	if err != nil {
+		t.Fatalf("Claim(%s/%s): %v", req.Scope, req.Key, err)
+	}
 	return res
 }
 
 func claimNew(t *testing.T, s core.Store, req storekit.ClaimRequest) storekit.ClaimResult {
 	t.Helper()
 	res := claim(t, s, req)
-	require.True(t, res.Claimed, "Claim of a new key must claim it")
+	if !res.Claimed {
+		t.Fatalf("Claim of a new key %s/%s: not claimed (found a %s record, token %d), want it claimed",
+			req.Scope, req.Key, res.Record.Status, res.Record.Token)
+	}
 	return res
 }
 
 func get(t *testing.T, s core.Store, scope, key string) storekit.Record {
 	t.Helper()
 	rec, err := s.Get(t.Context(), scope, key)
-	require.NoError(t, err, "Get(%s/%s)", scope, key)
+	if err != nil {
+		t.Fatalf("Get(%s/%s): %v", scope, key, err)
+	}
 	return rec
+}
+
+// complete is the owner's Complete of f's record; the store must accept it.
+func complete(t *testing.T, s core.Store, f storekit.Fence, resp storekit.StoredResponse) {
+	t.Helper()
+	if err := s.Complete(t.Context(), f, resp); err != nil {
+		t.Fatalf("Complete(%s/%s, token %d) by the owner: %v, want nil", f.Scope, f.Key, f.Token, err)
+	}
+}
+
+// markFailed is the owner's Fail of f's record; the store must accept it.
+func markFailed(t *testing.T, s core.Store, f storekit.Fence) {
+	t.Helper()
+	if err := s.Fail(t.Context(), f); err != nil {
+		t.Fatalf("Fail(%s/%s, token %d) by the owner: %v, want nil", f.Scope, f.Key, f.Token, err)
+	}
 }
 
 func sampleResponse() storekit.StoredResponse {
@@ -215,44 +236,85 @@ func sampleResponse() storekit.StoredResponse {
 
 // requireSameRecord compares two records field by field: times with Equal
 // (a store may return another location or monotonic reading), responses
-// with nil and empty treated alike.
-func requireSameRecord(t *testing.T, want, got storekit.Record, msgAndArgs ...any) {
+// with nil and empty treated alike. It reports every field that differs,
+// then stops the test.
+func requireSameRecord(t *testing.T, want, got storekit.Record, what string) {
 	t.Helper()
-	ctx := fmt.Sprint(msgAndArgs...)
-	assert.Equal(t, want.Scope, got.Scope, "Scope %s", ctx)
-	assert.Equal(t, want.Key, got.Key, "Key %s", ctx)
-	assert.Equal(t, want.Method, got.Method, "Method %s", ctx)
-	assert.Equal(t, want.Route, got.Route, "Route %s", ctx)
-	assert.Equal(t, want.Fingerprint, got.Fingerprint, "Fingerprint %s", ctx)
-	assert.Equal(t, want.Status, got.Status, "Status %s", ctx)
-	assert.Equal(t, want.Token, got.Token, "Token %s", ctx)
-	assert.True(t, want.LockedUntil.Equal(got.LockedUntil), "LockedUntil %s: want %v, got %v", ctx, want.LockedUntil, got.LockedUntil)
-	assert.True(t, want.CreatedAt.Equal(got.CreatedAt), "CreatedAt %s: want %v, got %v", ctx, want.CreatedAt, got.CreatedAt)
-	assert.True(t, want.ExpiresAt.Equal(got.ExpiresAt), "ExpiresAt %s: want %v, got %v", ctx, want.ExpiresAt, got.ExpiresAt)
-	requireSameResponse(t, want.Response, got.Response, ctx)
-	if t.Failed() {
+	same := true
+	for _, f := range []struct{ name, got, want string }{
+		{"Scope", got.Scope, want.Scope},
+		{"Key", got.Key, want.Key},
+		{"Method", got.Method, want.Method},
+		{"Route", got.Route, want.Route},
+		{"Fingerprint", got.Fingerprint, want.Fingerprint},
+		{"Status", string(got.Status), string(want.Status)},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s: %s = %q, want %q", what, f.name, f.got, f.want)
+			same = false
+		}
+	}
+	if got.Token != want.Token {
+		t.Errorf("%s: Token = %d, want %d", what, got.Token, want.Token)
+		same = false
+	}
+	for _, f := range []struct {
+		name      string
+		got, want time.Time
+	}{
+		{"LockedUntil", got.LockedUntil, want.LockedUntil},
+		{"CreatedAt", got.CreatedAt, want.CreatedAt},
+		{"ExpiresAt", got.ExpiresAt, want.ExpiresAt},
+	} {
+		if !f.got.Equal(f.want) {
+			t.Errorf("%s: %s = %v, want %v", what, f.name, f.got, f.want)
+			same = false
+		}
+	}
+	if !checkSameResponse(t, want.Response, got.Response, what) || !same {
 		t.FailNow()
 	}
 }
 
-func requireSameResponse(t *testing.T, want, got *storekit.StoredResponse, msgAndArgs ...any) {
+// requireSameResponse is checkSameResponse that stops the test on a difference.
+func requireSameResponse(t *testing.T, want, got *storekit.StoredResponse, what string) {
 	t.Helper()
-	ctx := fmt.Sprint(msgAndArgs...)
-	if want == nil || got == nil {
-		require.True(t, want == nil && got == nil, "Response %s: want %+v, got %+v", ctx, want, got)
-		return
-	}
-	assert.Equal(t, want.Status, got.Status, "Response.Status %s", ctx)
-	assert.Equal(t, want.NotRetained, got.NotRetained, "Response.NotRetained %s", ctx)
-	assert.True(t, sameHeader(want.Header, got.Header), "Response.Header %s: want %v, got %v", ctx, want.Header, got.Header)
-	// Not assert.Equal: a 1 MiB diff is useless, and nil == empty here.
-	if !bytes.Equal(want.Body, got.Body) {
-		t.Errorf("Response.Body %s: want %d bytes, got %d bytes (first difference at %d)",
-			ctx, len(want.Body), len(got.Body), firstDiff(want.Body, got.Body))
-	}
-	if t.Failed() {
+	if !checkSameResponse(t, want, got, what) {
 		t.FailNow()
 	}
+}
+
+// checkSameResponse reports (t.Errorf) every way got differs from want,
+// nil and empty bodies and header maps alike; false when they differ.
+func checkSameResponse(t *testing.T, want, got *storekit.StoredResponse, what string) bool {
+	t.Helper()
+	if want == nil || got == nil {
+		if want != nil || got != nil {
+			t.Errorf("%s: Response = %+v, want %+v", what, got, want)
+			return false
+		}
+		return true
+	}
+	same := true
+	if got.Status != want.Status {
+		t.Errorf("%s: Response.Status = %d, want %d", what, got.Status, want.Status)
+		same = false
+	}
+	if got.NotRetained != want.NotRetained {
+		t.Errorf("%s: Response.NotRetained = %v, want %v", what, got.NotRetained, want.NotRetained)
+		same = false
+	}
+	if !sameHeader(want.Header, got.Header) {
+		t.Errorf("%s: Response.Header = %v, want %v", what, got.Header, want.Header)
+		same = false
+	}
+	// Not the whole body in the message: a 1 MiB dump is useless.
+	if !bytes.Equal(want.Body, got.Body) {
+		t.Errorf("%s: Response.Body is %d bytes, want %d bytes (first difference at %d)",
+			what, len(got.Body), len(want.Body), firstDiff(want.Body, got.Body))
+		same = false
+	}
+	return same
 }
 
 func sameHeader(a, b http.Header) bool {
@@ -283,15 +345,23 @@ func firstDiff(a, b []byte) int {
 	return n
 }
 
+// requireNear checks that got is within clockTolerance of want.
 func requireNear(t *testing.T, want, got time.Time, what string) {
 	t.Helper()
-	require.WithinDuration(t, want, got, clockTolerance, "%s", what)
+	if d := want.Sub(got); d < -clockTolerance || d > clockTolerance {
+		t.Fatalf("%s: got %v, want %v ± %v (off by %v)", what, got, want, clockTolerance, -d)
+	}
 }
 
+// requireLeaseLost checks that a fenced operation was refused with core.ErrLeaseLost.
 func requireLeaseLost(t *testing.T, err error, op string) {
 	t.Helper()
-	require.Error(t, err, "%s must be refused", op)
-	require.ErrorIs(t, err, core.ErrLeaseLost, "%s", op)
+	if err == nil {
+		t.Fatalf("%s: nil error, want core.ErrLeaseLost (it must be refused)", op)
+	}
+	if !errors.Is(err, core.ErrLeaseLost) {
+		t.Fatalf("%s: error %v, want core.ErrLeaseLost", op, err)
+	}
 }
 
 // ------------------------------------------------------------------ claim
@@ -300,15 +370,27 @@ func testClaimFresh(t *testing.T, s core.Store) {
 	req := newReq()
 	res := claimNew(t, s, req)
 	rec := res.Record
-	require.False(t, res.Now.IsZero(), "ClaimResult.Now must be set")
-	assert.Positive(t, rec.Token)
-	assert.Equal(t, storekit.StatusProcessing, rec.Status)
-	assert.Equal(t, req.Scope, rec.Scope)
-	assert.Equal(t, req.Key, rec.Key)
-	assert.Equal(t, req.Method, rec.Method)
-	assert.Equal(t, req.Route, rec.Route)
-	assert.Equal(t, req.Fingerprint, rec.Fingerprint)
-	assert.Nil(t, rec.Response, "a processing record has no response")
+	if res.Now.IsZero() {
+		t.Fatal("ClaimResult.Now is zero, want the store's now")
+	}
+	if rec.Token <= 0 {
+		t.Errorf("Token = %d, want > 0", rec.Token)
+	}
+	for _, f := range []struct{ name, got, want string }{
+		{"Status", string(rec.Status), string(storekit.StatusProcessing)},
+		{"Scope", rec.Scope, req.Scope},
+		{"Key", rec.Key, req.Key},
+		{"Method", rec.Method, req.Method},
+		{"Route", rec.Route, req.Route},
+		{"Fingerprint", rec.Fingerprint, req.Fingerprint},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s = %q, want %q", f.name, f.got, f.want)
+		}
+	}
+	if rec.Response != nil {
+		t.Errorf("Response = %+v, want nil: a processing record has no response", rec.Response)
+	}
 	requireNear(t, res.Now.Add(req.Lease), rec.LockedUntil, "LockedUntil = Now + Lease")
 	requireNear(t, res.Now.Add(req.Retention), rec.ExpiresAt, "ExpiresAt = Now + Retention")
 	requireNear(t, res.Now, rec.CreatedAt, "CreatedAt = Now")
@@ -320,7 +402,9 @@ func testClaimTokensIncrease(t *testing.T, s core.Store) {
 	var last int64
 	for i := range 8 {
 		res := claimNew(t, s, newReq())
-		require.Greater(t, res.Record.Token, last, "claim %d: tokens are strictly increasing per store", i)
+		if res.Record.Token <= last {
+			t.Fatalf("claim %d: token %d, want more than the previous claim's %d (tokens are strictly increasing per store)", i, res.Record.Token, last)
+		}
 		last = res.Record.Token
 	}
 }
@@ -330,7 +414,9 @@ func testClaimExistingProcessing(t *testing.T, s core.Store) {
 	first := claimNew(t, s, req)
 
 	again := claim(t, s, req)
-	require.False(t, again.Claimed, "a live lease must not be taken over")
+	if again.Claimed {
+		t.Fatal("second Claim of a processing record claimed it, want not claimed: a live lease must not be taken over")
+	}
 	requireSameRecord(t, first.Record, again.Record, "second Claim returns the record unchanged")
 
 	// A different request under the same key sees the original record
@@ -338,7 +424,9 @@ func testClaimExistingProcessing(t *testing.T, s core.Store) {
 	other := req
 	other.Fingerprint = fingerprint(`{"amount":50000}`)
 	mismatch := claim(t, s, other)
-	require.False(t, mismatch.Claimed)
+	if mismatch.Claimed {
+		t.Fatal("Claim with another fingerprint claimed a processing record, want not claimed")
+	}
 	requireSameRecord(t, first.Record, mismatch.Record, "Claim with another fingerprint")
 
 	requireSameRecord(t, first.Record, get(t, s, req.Scope, req.Key), "Get")
@@ -348,20 +436,24 @@ func testClaimExistingCompleted(t *testing.T, s core.Store) {
 	req := newReq()
 	first := claimNew(t, s, req)
 	resp := sampleResponse()
-	require.NoError(t, s.Complete(t.Context(), fence(first.Record), resp))
+	complete(t, s, fence(first.Record), resp)
 
 	want := first.Record
 	want.Status = storekit.StatusCompleted
 	want.Response = &resp
 
 	again := claim(t, s, req)
-	require.False(t, again.Claimed, "a completed record is replayed, never re-run")
+	if again.Claimed {
+		t.Fatal("Claim of a completed key claimed it, want not claimed: a completed record is replayed, never re-run")
+	}
 	requireSameRecord(t, want, again.Record, "Claim of a completed key")
 
 	other := req
 	other.Fingerprint = fingerprint(`{"amount":50000}`)
 	mismatch := claim(t, s, other)
-	require.False(t, mismatch.Claimed)
+	if mismatch.Claimed {
+		t.Fatal("Claim of a completed key with another fingerprint claimed it, want not claimed")
+	}
 	requireSameRecord(t, want, mismatch.Record, "Claim of a completed key with another fingerprint")
 
 	requireSameRecord(t, want, get(t, s, req.Scope, req.Key), "Get")
@@ -370,23 +462,39 @@ func testClaimExistingCompleted(t *testing.T, s core.Store) {
 func testClaimFailedTakeover(t *testing.T, s core.Store) {
 	req := newReq()
 	first := claimNew(t, s, req)
-	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	markFailed(t, s, fence(first.Record))
 
 	failed := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, storekit.StatusFailed, failed.Status)
-	assert.Equal(t, first.Record.Token, failed.Token)
-	assert.Nil(t, failed.Response)
+	if failed.Status != storekit.StatusFailed {
+		t.Errorf("Status after Fail = %q, want %q", failed.Status, storekit.StatusFailed)
+	}
+	if failed.Token != first.Record.Token {
+		t.Errorf("Token after Fail = %d, want the owner's %d", failed.Token, first.Record.Token)
+	}
+	if failed.Response != nil {
+		t.Errorf("Response after Fail = %+v, want nil", failed.Response)
+	}
 
 	// Different durations than the first claim, so that the check below
 	// sees a takeover compute both from its own request and its own now.
 	req.Lease, req.Retention = 2*time.Minute, 2*time.Hour
 	again := claim(t, s, req)
-	require.True(t, again.Claimed, "a failed record is taken over by the same request")
+	if !again.Claimed {
+		t.Fatalf("Claim of a failed record by the same request: not claimed (status %s), want it taken over", again.Record.Status)
+	}
 	rec := again.Record
-	assert.Greater(t, rec.Token, first.Record.Token, "takeover yields a larger token")
-	assert.Equal(t, storekit.StatusProcessing, rec.Status)
-	assert.Equal(t, req.Fingerprint, rec.Fingerprint)
-	assert.Nil(t, rec.Response)
+	if rec.Token <= first.Record.Token {
+		t.Errorf("takeover token = %d, want more than the failed owner's %d", rec.Token, first.Record.Token)
+	}
+	if rec.Status != storekit.StatusProcessing {
+		t.Errorf("Status after takeover = %q, want %q", rec.Status, storekit.StatusProcessing)
+	}
+	if rec.Fingerprint != req.Fingerprint {
+		t.Errorf("Fingerprint after takeover = %q, want %q", rec.Fingerprint, req.Fingerprint)
+	}
+	if rec.Response != nil {
+		t.Errorf("Response after takeover = %+v, want nil", rec.Response)
+	}
 	requireNear(t, again.Now.Add(req.Lease), rec.LockedUntil, "LockedUntil = Now + Lease after takeover")
 	requireNear(t, again.Now.Add(req.Retention), rec.ExpiresAt, "ExpiresAt = Now + Retention after takeover")
 
@@ -396,7 +504,7 @@ func testClaimFailedTakeover(t *testing.T, s core.Store) {
 func testClaimFailedMismatch(t *testing.T, s core.Store) {
 	req := newReq()
 	first := claimNew(t, s, req)
-	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	markFailed(t, s, fence(first.Record))
 	want := get(t, s, req.Scope, req.Key)
 
 	for _, c := range []struct {
@@ -410,7 +518,9 @@ func testClaimFailedMismatch(t *testing.T, s core.Store) {
 		other := req
 		c.mutate(&other)
 		res := claim(t, s, other)
-		require.False(t, res.Claimed, "failed record must not be taken over with another %s", c.name)
+		if res.Claimed {
+			t.Fatalf("Claim of a failed record with another %s took it over, want not claimed", c.name)
+		}
 		requireSameRecord(t, want, res.Record, "Claim with another "+c.name)
 	}
 	requireSameRecord(t, want, get(t, s, req.Scope, req.Key), "Get")
@@ -420,6 +530,9 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 	req := newReq()
 	req.Lease = shortLease
 	first := claimNew(t, s, req)
+	// Not synchronisation: the lease must lapse on the store's own clock
+	// (the suite cannot move it), and what follows checks what a store
+	// does with a lapsed lease.
 	time.Sleep(lapse)
 
 	// Only the same request may take over a lapsed lease.
@@ -435,30 +548,47 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 		other.Lease = longLease
 		c.mutate(&other)
 		res := claim(t, s, other)
-		require.False(t, res.Claimed, "lapsed lease must not be taken over with another %s", c.name)
+		if res.Claimed {
+			t.Fatalf("Claim of a lapsed lease with another %s took it over, want not claimed", c.name)
+		}
 		requireSameRecord(t, first.Record, res.Record, "Claim with another "+c.name)
 	}
 
 	req.Lease, req.Retention = longLease, 2*longRetention
 	again := claim(t, s, req)
-	require.True(t, again.Claimed, "a lapsed lease is taken over by the same request")
-	assert.Greater(t, again.Record.Token, first.Record.Token, "takeover bumps the token")
-	assert.Equal(t, storekit.StatusProcessing, again.Record.Status)
+	if !again.Claimed {
+		t.Fatalf("Claim of a lapsed lease by the same request: not claimed (status %s, locked until %v, store now %v), want it taken over",
+			again.Record.Status, again.Record.LockedUntil, again.Now)
+	}
+	if again.Record.Token <= first.Record.Token {
+		t.Errorf("takeover token = %d, want more than the lapsed owner's %d", again.Record.Token, first.Record.Token)
+	}
+	if again.Record.Status != storekit.StatusProcessing {
+		t.Errorf("Status after takeover = %q, want %q", again.Record.Status, storekit.StatusProcessing)
+	}
 	requireNear(t, again.Now.Add(req.Lease), again.Record.LockedUntil, "LockedUntil = Now + Lease after takeover")
 	requireNear(t, again.Now.Add(req.Retention), again.Record.ExpiresAt, "ExpiresAt = Now + Retention after takeover")
 
 	// The new owner's lease is live: nobody else takes it over.
 	third := claim(t, s, req)
-	require.False(t, third.Claimed)
+	if third.Claimed {
+		t.Fatal("Claim during the new owner's lease took it over, want not claimed")
+	}
 	requireSameRecord(t, again.Record, third.Record, "Claim during the new owner's lease")
 
 	// The zombie cannot write; the new owner can.
 	requireLeaseLost(t, s.Complete(t.Context(), fence(first.Record), sampleResponse()), "Complete by the old owner")
 	requireSameRecord(t, again.Record, get(t, s, req.Scope, req.Key), "after the old owner's Complete")
-	require.NoError(t, s.Complete(t.Context(), fence(again.Record), sampleResponse()), "Complete by the new owner")
+	if err := s.Complete(t.Context(), fence(again.Record), sampleResponse()); err != nil {
+		t.Fatalf("Complete by the new owner: %v, want nil", err)
+	}
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, storekit.StatusCompleted, rec.Status)
-	assert.Equal(t, again.Record.Token, rec.Token)
+	if rec.Status != storekit.StatusCompleted {
+		t.Errorf("Status after the new owner's Complete = %q, want %q", rec.Status, storekit.StatusCompleted)
+	}
+	if rec.Token != again.Record.Token {
+		t.Errorf("Token after the new owner's Complete = %d, want the new owner's %d", rec.Token, again.Record.Token)
+	}
 }
 
 // ------------------------------------------------------------------ fence
@@ -466,9 +596,11 @@ func testClaimExpiredLease(t *testing.T, s core.Store) {
 func testFenceStaleToken(t *testing.T, s core.Store) {
 	req := newReq()
 	old := claimNew(t, s, req)
-	require.NoError(t, s.Fail(t.Context(), fence(old.Record)))
+	markFailed(t, s, fence(old.Record))
 	cur := claimNew(t, s, req) // takeover without sleeping
-	require.Greater(t, cur.Record.Token, old.Record.Token)
+	if cur.Record.Token <= old.Record.Token {
+		t.Fatalf("takeover token = %d, want more than the old owner's %d", cur.Record.Token, old.Record.Token)
+	}
 	stale := fence(old.Record)
 
 	requireLeaseLost(t, s.Complete(t.Context(), stale, sampleResponse()), "Complete with a stale token")
@@ -477,12 +609,18 @@ func testFenceStaleToken(t *testing.T, s core.Store) {
 	requireSameRecord(t, cur.Record, get(t, s, req.Scope, req.Key), "after stale writes")
 
 	// The current owner is unaffected.
-	require.NoError(t, s.Heartbeat(t.Context(), fence(cur.Record), longLease))
+	if err := s.Heartbeat(t.Context(), fence(cur.Record), longLease); err != nil {
+		t.Fatalf("Heartbeat by the current owner: %v, want nil", err)
+	}
 	resp := sampleResponse()
-	require.NoError(t, s.Complete(t.Context(), fence(cur.Record), resp))
+	complete(t, s, fence(cur.Record), resp)
 	rec := get(t, s, req.Scope, req.Key)
-	assert.Equal(t, storekit.StatusCompleted, rec.Status)
-	assert.Equal(t, cur.Record.Token, rec.Token)
+	if rec.Status != storekit.StatusCompleted {
+		t.Errorf("Status after the current owner's Complete = %q, want %q", rec.Status, storekit.StatusCompleted)
+	}
+	if rec.Token != cur.Record.Token {
+		t.Errorf("Token after the current owner's Complete = %d, want %d", rec.Token, cur.Record.Token)
+	}
 	requireSameResponse(t, &resp, rec.Response, "new owner's response")
 }
 
@@ -491,7 +629,7 @@ func testFenceFinishedRecord(t *testing.T, s core.Store) {
 	req := newReq()
 	res := claimNew(t, s, req)
 	f := fence(res.Record)
-	require.NoError(t, s.Complete(t.Context(), f, sampleResponse()))
+	complete(t, s, f, sampleResponse())
 	want := get(t, s, req.Scope, req.Key)
 
 	other := sampleResponse()
@@ -506,7 +644,7 @@ func testFenceFinishedRecord(t *testing.T, s core.Store) {
 	req2 := newReq()
 	res2 := claimNew(t, s, req2)
 	f2 := fence(res2.Record)
-	require.NoError(t, s.Fail(t.Context(), f2))
+	markFailed(t, s, f2)
 	want2 := get(t, s, req2.Scope, req2.Key)
 	requireLeaseLost(t, s.Complete(t.Context(), f2, sampleResponse()), "Complete after Fail")
 	requireLeaseLost(t, s.Fail(t.Context(), f2), "second Fail")
@@ -535,8 +673,9 @@ func testFenceUnknown(t *testing.T, s core.Store) {
 	requireSameRecord(t, want, get(t, s, req.Scope, req.Key), "after refused writes")
 
 	// Writes to a missing record must not create one.
-	_, err := s.Get(t.Context(), req.Scope, unique("key"))
-	require.ErrorIs(t, err, storekit.ErrNotFound)
+	if _, err := s.Get(t.Context(), req.Scope, unique("key")); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("Get of a key never claimed: error %v, want storekit.ErrNotFound", err)
+	}
 }
 
 // -------------------------------------------------------------- heartbeat
@@ -549,25 +688,45 @@ func testHeartbeatExtends(t *testing.T, s core.Store) {
 	a := claimNew(t, s, reqA)
 	b := claimNew(t, s, reqB)
 
-	require.NoError(t, s.Heartbeat(t.Context(), fence(a.Record), longLease))
+	if err := s.Heartbeat(t.Context(), fence(a.Record), longLease); err != nil {
+		t.Fatalf("Heartbeat by the owner: %v, want nil", err)
+	}
 	recA := get(t, s, reqA.Scope, reqA.Key)
-	assert.True(t, recA.LockedUntil.After(a.Record.LockedUntil.Add(longLease/2)),
-		"Heartbeat must extend LockedUntil to store now + extend: was %v, now %v", a.Record.LockedUntil, recA.LockedUntil)
-	assert.Equal(t, a.Record.Token, recA.Token, "Heartbeat keeps the token")
-	assert.Equal(t, storekit.StatusProcessing, recA.Status)
+	if !recA.LockedUntil.After(a.Record.LockedUntil.Add(longLease / 2)) {
+		t.Errorf("Heartbeat must extend LockedUntil to store now + extend: was %v, now %v, want after %v",
+			a.Record.LockedUntil, recA.LockedUntil, a.Record.LockedUntil.Add(longLease/2))
+	}
+	if recA.Token != a.Record.Token {
+		t.Errorf("Token after Heartbeat = %d, want %d: Heartbeat keeps the token", recA.Token, a.Record.Token)
+	}
+	if recA.Status != storekit.StatusProcessing {
+		t.Errorf("Status after Heartbeat = %q, want %q", recA.Status, storekit.StatusProcessing)
+	}
 
-	time.Sleep(lapse) // a's original lease and b's lease have lapsed
+	// Not synchronisation: a's original lease and b's lease must lapse on
+	// the store's own clock; what follows checks that the heartbeat outlived
+	// the one and that the other is still owned.
+	time.Sleep(lapse)
 
 	again := claim(t, s, reqA)
-	require.False(t, again.Claimed, "a heartbeated lease must not be taken over after the original lease lapsed")
-	assert.Equal(t, a.Record.Token, again.Record.Token)
+	if again.Claimed {
+		t.Fatal("Claim took over a heartbeated lease after its original lease lapsed, want not claimed")
+	}
+	if again.Record.Token != a.Record.Token {
+		t.Errorf("Token of the heartbeated record = %d, want %d", again.Record.Token, a.Record.Token)
+	}
 
-	require.NoError(t, s.Heartbeat(t.Context(), fence(b.Record), longLease),
-		"a lapsed lease nobody took over is still owned by its token")
+	if err := s.Heartbeat(t.Context(), fence(b.Record), longLease); err != nil {
+		t.Fatalf("Heartbeat of a lapsed lease nobody took over: %v, want nil (it is still owned by its token)", err)
+	}
 	againB := claim(t, s, reqB)
-	require.False(t, againB.Claimed, "the heartbeat revived the lease")
-	require.NoError(t, s.Complete(t.Context(), fence(b.Record), sampleResponse()))
-	assert.Equal(t, storekit.StatusCompleted, get(t, s, reqB.Scope, reqB.Key).Status)
+	if againB.Claimed {
+		t.Fatal("Claim took over a lease the heartbeat revived, want not claimed")
+	}
+	complete(t, s, fence(b.Record), sampleResponse())
+	if got := get(t, s, reqB.Scope, reqB.Key).Status; got != storekit.StatusCompleted {
+		t.Errorf("Status after Complete = %q, want %q", got, storekit.StatusCompleted)
+	}
 }
 
 // -------------------------------------------------------------- retention
@@ -582,12 +741,14 @@ func testRetention(t *testing.T, s core.Store) {
 	// only a processing record is held by its lease. (A long lease also
 	// keeps Complete and Fail from racing the short retention.)
 	completedReq, completed := mk(longLease)
-	require.NoError(t, s.Complete(t.Context(), fence(completed.Record), sampleResponse()))
+	complete(t, s, fence(completed.Record), sampleResponse())
 	failedReq, failed := mk(longLease)
-	require.NoError(t, s.Fail(t.Context(), fence(failed.Record)))
+	markFailed(t, s, fence(failed.Record))
 	lapsedReq, lapsed := mk(shortLease)
 	liveReq, live := mk(longLease) // processing past retention, lease still live
 
+	// Not synchronisation: retention (and the short lease) must run out on
+	// the store's own clock; expiry is what this case checks.
 	time.Sleep(lapse)
 	maxToken := max(completed.Record.Token, failed.Record.Token, lapsed.Record.Token, live.Record.Token)
 
@@ -605,14 +766,27 @@ func testRetention(t *testing.T, s core.Store) {
 		req.Fingerprint = fingerprint(`{"amount":50000,"new":true}`)
 		req.Retention = longRetention
 		res := claim(t, s, req)
-		require.True(t, res.Claimed, "%s record past retention: the key is new again, whatever the request", c.name)
+		if !res.Claimed {
+			t.Fatalf("%s record past retention: Claim by another request not claimed (status %s), want claimed: the key is new again, whatever the request",
+				c.name, res.Record.Status)
+		}
 		rec := res.Record
-		assert.Greater(t, rec.Token, maxToken, "%s: the new record gets a fresh, larger token", c.name)
-		assert.Equal(t, storekit.StatusProcessing, rec.Status, c.name)
-		assert.Equal(t, req.Method, rec.Method, c.name)
-		assert.Equal(t, req.Route, rec.Route, c.name)
-		assert.Equal(t, req.Fingerprint, rec.Fingerprint, c.name)
-		assert.Nil(t, rec.Response, c.name)
+		if rec.Token <= maxToken {
+			t.Errorf("%s: token of the new record = %d, want a fresh one larger than %d", c.name, rec.Token, maxToken)
+		}
+		for _, f := range []struct{ name, got, want string }{
+			{"Status", string(rec.Status), string(storekit.StatusProcessing)},
+			{"Method", rec.Method, req.Method},
+			{"Route", rec.Route, req.Route},
+			{"Fingerprint", rec.Fingerprint, req.Fingerprint},
+		} {
+			if f.got != f.want {
+				t.Errorf("%s: %s of the new record = %q, want %q", c.name, f.name, f.got, f.want)
+			}
+		}
+		if rec.Response != nil {
+			t.Errorf("%s: Response of the new record = %+v, want nil", c.name, rec.Response)
+		}
 		requireNear(t, res.Now, rec.CreatedAt, c.name+": CreatedAt of the new record")
 		requireNear(t, res.Now.Add(req.Retention), rec.ExpiresAt, c.name+": ExpiresAt of the new record")
 		requireSameRecord(t, rec, get(t, s, req.Scope, req.Key), c.name+": Get")
@@ -621,10 +795,13 @@ func testRetention(t *testing.T, s core.Store) {
 	other := liveReq
 	other.Fingerprint = fingerprint(`{"amount":50000}`)
 	res := claim(t, s, other)
-	require.False(t, res.Claimed, "a record held by a live lease is not expired, even past ExpiresAt")
+	if res.Claimed {
+		t.Fatal("Claim took a record held by a live lease past ExpiresAt, want not claimed: it is not expired")
+	}
 	requireSameRecord(t, live.Record, res.Record, "live record past retention")
-	require.NoError(t, s.Complete(t.Context(), fence(live.Record), sampleResponse()),
-		"the live owner can still complete")
+	if err := s.Complete(t.Context(), fence(live.Record), sampleResponse()); err != nil {
+		t.Fatalf("Complete by the live owner past retention: %v, want nil (the live owner can still complete)", err)
+	}
 }
 
 // ------------------------------------------------------------------ scope
@@ -637,22 +814,33 @@ func testScopeIsolation(t *testing.T, s core.Store) {
 
 	a := claimNew(t, s, reqA)
 	b := claim(t, s, reqB)
-	require.True(t, b.Claimed, "the same key in another scope is another record")
-	assert.NotEqual(t, a.Record.Token, b.Record.Token)
-	assert.Equal(t, reqB.Fingerprint, b.Record.Fingerprint)
+	if !b.Claimed {
+		t.Fatalf("Claim of the same key in another scope: not claimed (found token %d), want claimed: it is another record", b.Record.Token)
+	}
+	if a.Record.Token == b.Record.Token {
+		t.Errorf("both scopes' records have token %d, want distinct tokens", a.Record.Token)
+	}
+	if b.Record.Fingerprint != reqB.Fingerprint {
+		t.Errorf("scope B's Fingerprint = %q, want %q", b.Record.Fingerprint, reqB.Fingerprint)
+	}
 
 	resp := sampleResponse()
-	require.NoError(t, s.Complete(t.Context(), fence(a.Record), resp))
+	complete(t, s, fence(a.Record), resp)
 	requireSameRecord(t, b.Record, get(t, s, reqB.Scope, key), "scope B after completing scope A")
 
-	require.NoError(t, s.Fail(t.Context(), fence(b.Record)))
+	markFailed(t, s, fence(b.Record))
 	recA := get(t, s, reqA.Scope, key)
-	assert.Equal(t, storekit.StatusCompleted, recA.Status)
+	if recA.Status != storekit.StatusCompleted {
+		t.Errorf("scope A's Status after failing scope B = %q, want %q", recA.Status, storekit.StatusCompleted)
+	}
 	requireSameResponse(t, &resp, recA.Response, "scope A after failing scope B")
-	assert.Equal(t, storekit.StatusFailed, get(t, s, reqB.Scope, key).Status)
+	if got := get(t, s, reqB.Scope, key).Status; got != storekit.StatusFailed {
+		t.Errorf("scope B's Status after Fail = %q, want %q", got, storekit.StatusFailed)
+	}
 
-	_, err := s.Get(t.Context(), unique("scope"), key)
-	require.ErrorIs(t, err, storekit.ErrNotFound, "a third scope has no record")
+	if _, err := s.Get(t.Context(), unique("scope"), key); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("Get of the key in a third scope: error %v, want storekit.ErrNotFound (a third scope has no record)", err)
+	}
 }
 
 func testScopeNoCollision(t *testing.T, s core.Store) {
@@ -672,14 +860,20 @@ func testScopeEmpty(t *testing.T, s core.Store) {
 	reqE.Scope = ""
 	reqX.Key = reqE.Key
 	e := claimNew(t, s, reqE)
-	assert.Equal(t, "", e.Record.Scope)
+	if e.Record.Scope != "" {
+		t.Errorf("Scope = %q, want the empty scope", e.Record.Scope)
+	}
 	claimNew(t, s, reqX)
 	resp := sampleResponse()
-	require.NoError(t, s.Complete(t.Context(), fence(e.Record), resp))
+	complete(t, s, fence(e.Record), resp)
 	replay := claim(t, s, reqE)
-	require.False(t, replay.Claimed)
+	if replay.Claimed {
+		t.Fatal("Claim of a completed key in the empty scope claimed it, want a replay")
+	}
 	requireSameResponse(t, &resp, replay.Record.Response, "replay in the empty scope")
-	assert.Equal(t, storekit.StatusProcessing, get(t, s, reqX.Scope, reqX.Key).Status, "another scope is unaffected")
+	if got := get(t, s, reqX.Scope, reqX.Key).Status; got != storekit.StatusProcessing {
+		t.Errorf("Status of the key in another scope = %q, want %q: another scope is unaffected", got, storekit.StatusProcessing)
+	}
 }
 
 // --------------------------------------------------------------- response
@@ -690,14 +884,18 @@ func roundTrip(t *testing.T, s core.Store, resp storekit.StoredResponse, want st
 	t.Helper()
 	req := newReq()
 	res := claimNew(t, s, req)
-	require.NoError(t, s.Complete(t.Context(), fence(res.Record), resp))
+	complete(t, s, fence(res.Record), resp)
 
 	rec := get(t, s, req.Scope, req.Key)
-	require.Equal(t, storekit.StatusCompleted, rec.Status)
+	if rec.Status != storekit.StatusCompleted {
+		t.Fatalf("Status after Complete = %q, want %q", rec.Status, storekit.StatusCompleted)
+	}
 	requireSameResponse(t, &want, rec.Response, "via Get")
 
 	replay := claim(t, s, req)
-	require.False(t, replay.Claimed)
+	if replay.Claimed {
+		t.Fatal("Claim of a completed key claimed it, want a replay")
+	}
 	requireSameResponse(t, &want, replay.Record.Response, "via Claim")
 }
 
@@ -730,11 +928,17 @@ func testResponseHeaderBytes(t *testing.T, s core.Store) {
 	resp := storekit.StoredResponse{Status: http.StatusCreated, Header: http.Header{"X-Odd": values}, Body: []byte(`{}`)}
 	req := newReq()
 	res := claimNew(t, s, req)
-	require.NoError(t, s.Complete(t.Context(), fence(res.Record), resp), "Complete must not fail on header bytes a field value cannot carry")
+	if err := s.Complete(t.Context(), fence(res.Record), resp); err != nil {
+		t.Fatalf("Complete: %v, want nil: Complete must not fail on header bytes a field value cannot carry", err)
+	}
 	for how, r := range map[string]*storekit.StoredResponse{"via Get": get(t, s, req.Scope, req.Key).Response, "via Claim": claim(t, s, req).Record.Response} {
-		require.NotNil(t, r, how)
+		if r == nil {
+			t.Fatalf("%s: Response = nil, want the completed response", how)
+		}
 		got := r.Header["X-Odd"]
-		require.Len(t, got, len(values), how)
+		if len(got) != len(values) {
+			t.Fatalf("%s: X-Odd has %d values %q, want %d", how, len(got), got, len(values))
+		}
 		for i, v := range values {
 			if got[i] != v && got[i] != withReplacementChar(v) {
 				t.Errorf("%s: value %q came back as %q", how, v, got[i])
@@ -811,7 +1015,7 @@ func testAliasComplete(t *testing.T, s core.Store) {
 	req := newReq()
 	res := claimNew(t, s, req)
 	resp := sampleResponse()
-	require.NoError(t, s.Complete(t.Context(), fence(res.Record), resp))
+	complete(t, s, fence(res.Record), resp)
 	mutate(&resp)
 	want := sampleResponse()
 	requireSameResponse(t, &want, get(t, s, req.Scope, req.Key).Response, "after mutating the completed response")
@@ -830,12 +1034,18 @@ func testHandedOutStaysPut(t *testing.T, s core.Store) {
 	req.Lease, req.Retention = longLease, retention
 	start := time.Now()
 	res := claimNew(t, s, req)
-	require.NoError(t, s.Complete(t.Context(), fence(res.Record), sampleResponse()))
+	complete(t, s, fence(res.Record), sampleResponse())
 	got := get(t, s, req.Scope, req.Key)
 	replay := claim(t, s, req)
-	require.False(t, replay.Claimed, "Claim of a completed key")
-	require.NotNil(t, replay.Record.Response, "replay's response")
+	if replay.Claimed {
+		t.Fatal("Claim of a completed key claimed it, want a replay")
+	}
+	if replay.Record.Response == nil {
+		t.Fatal("replay's Response = nil, want the completed response")
+	}
 
+	// Not synchronisation: the record must expire on the store's own clock
+	// so that the key can be completed anew (the behaviour this case needs).
 	time.Sleep(time.Until(start.Add(retention)) + lapse) // the key is new again
 	req.Retention = longRetention
 	again := claimNew(t, s, req)
@@ -844,7 +1054,7 @@ func testHandedOutStaysPut(t *testing.T, s core.Store) {
 		Header: http.Header{"Content-Type": {"text/plain"}, "Location": {"/v1/payments/pay_2"}, "Link": {"</c>"}},
 		Body:   []byte(`other response, other length`),
 	}
-	require.NoError(t, s.Complete(t.Context(), fence(again.Record), other))
+	complete(t, s, fence(again.Record), other)
 	requireSameResponse(t, &other, claim(t, s, req).Record.Response, "replay of the new response")
 	requireSameResponse(t, &other, get(t, s, req.Scope, req.Key).Response, "Get of the new response")
 
@@ -857,12 +1067,14 @@ func testHandedOutStaysPut(t *testing.T, s core.Store) {
 
 func testGetMissing(t *testing.T, s core.Store) {
 	req := newReq()
-	_, err := s.Get(t.Context(), req.Scope, req.Key)
-	require.ErrorIs(t, err, storekit.ErrNotFound, "Get of a key never claimed")
+	if _, err := s.Get(t.Context(), req.Scope, req.Key); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("Get of a key never claimed: error %v, want storekit.ErrNotFound", err)
+	}
 
 	claimNew(t, s, req)
-	_, err = s.Get(t.Context(), req.Scope, unique("key"))
-	require.ErrorIs(t, err, storekit.ErrNotFound, "Get of another key in the same scope")
+	if _, err := s.Get(t.Context(), req.Scope, unique("key")); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("Get of another key in the same scope: error %v, want storekit.ErrNotFound", err)
+	}
 }
 
 // ---------------------------------------------------------------- context
@@ -880,41 +1092,51 @@ func testContextDeadline(t *testing.T, s core.Store) {
 }
 
 func testDoneContext(t *testing.T, s core.Store, ctx context.Context, want error) {
+	// requireDone checks that an operation on the done context failed with want.
+	requireDone := func(err error, op string) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Fatalf("%s with a done context: error %v, want %v", op, err, want)
+		}
+	}
+
 	// Nothing is created.
 	fresh := newReq()
 	_, err := s.Claim(ctx, fresh)
-	require.ErrorIs(t, err, want, "Claim")
-	_, err = s.Get(t.Context(), fresh.Scope, fresh.Key)
-	require.ErrorIs(t, err, storekit.ErrNotFound, "a Claim with a done context must not create a record")
+	requireDone(err, "Claim")
+	if _, err = s.Get(t.Context(), fresh.Scope, fresh.Key); !errors.Is(err, storekit.ErrNotFound) {
+		t.Fatalf("Get after a Claim with a done context: error %v, want storekit.ErrNotFound (the Claim must not create a record)", err)
+	}
 
 	// A claim that would take over does not.
 	failedReq := newReq()
 	res := claimNew(t, s, failedReq)
-	require.NoError(t, s.Fail(t.Context(), fence(res.Record)))
+	markFailed(t, s, fence(res.Record))
 	failed := get(t, s, failedReq.Scope, failedReq.Key)
 	_, err = s.Claim(ctx, failedReq)
-	require.ErrorIs(t, err, want, "Claim (takeover)")
+	requireDone(err, "Claim (takeover)")
 	requireSameRecord(t, failed, get(t, s, failedReq.Scope, failedReq.Key), "failed record after Claim with a done context")
 
 	// Fence writes do not land.
 	req := newReq()
 	owned := claimNew(t, s, req)
 	f := fence(owned.Record)
-	require.ErrorIs(t, s.Heartbeat(ctx, f, time.Hour), want, "Heartbeat")
-	require.ErrorIs(t, s.Complete(ctx, f, sampleResponse()), want, "Complete")
-	require.ErrorIs(t, s.Fail(ctx, f), want, "Fail")
+	requireDone(s.Heartbeat(ctx, f, time.Hour), "Heartbeat")
+	requireDone(s.Complete(ctx, f, sampleResponse()), "Complete")
+	requireDone(s.Fail(ctx, f), "Fail")
 	_, err = s.Get(ctx, req.Scope, req.Key)
-	require.ErrorIs(t, err, want, "Get")
+	requireDone(err, "Get")
 	requireSameRecord(t, owned.Record, get(t, s, req.Scope, req.Key), "record after writes with a done context")
 
 	// And the owner still owns it.
-	require.NoError(t, s.Complete(t.Context(), f, sampleResponse()))
+	complete(t, s, f, sampleResponse())
 }
 
 // ------------------------------------------------------------- concurrent
 
 // claimAll runs workers concurrent Claims of reqs(i) released together and
-// returns the results; failed calls are reported and left zero.
+// returns the results; failed calls are reported and stop the test once
+// all workers are done.
 func claimAll(t *testing.T, s core.Store, reqs func(i int) storekit.ClaimRequest) []storekit.ClaimResult {
 	t.Helper()
 	results := make([]storekit.ClaimResult, workers)
@@ -935,8 +1157,10 @@ func claimAll(t *testing.T, s core.Store, reqs func(i int) storekit.ClaimRequest
 	}
 	close(start)
 	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
+	for _, done := range ok {
+		if !done {
+			t.FailNow()
+		}
 	}
 	return results
 }
@@ -953,10 +1177,16 @@ func requireOneWinner(t *testing.T, results []storekit.ClaimResult) storekit.Rec
 			winner = r.Record
 		}
 	}
-	require.Equal(t, 1, n, "exactly one concurrent Claim must win")
+	if n != 1 {
+		t.Fatalf("%d of %d concurrent Claims won, want exactly 1", n, len(results))
+	}
 	for i, r := range results {
-		assert.Equal(t, winner.Token, r.Record.Token, "worker %d must see the winner's token", i)
-		assert.Equal(t, storekit.StatusProcessing, r.Record.Status, "worker %d", i)
+		if r.Record.Token != winner.Token {
+			t.Errorf("worker %d saw token %d, want the winner's %d", i, r.Record.Token, winner.Token)
+		}
+		if r.Record.Status != storekit.StatusProcessing {
+			t.Errorf("worker %d saw status %q, want %q", i, r.Record.Status, storekit.StatusProcessing)
+		}
 	}
 	return winner
 }
@@ -975,7 +1205,9 @@ func testConcurrentDistinctKeys(t *testing.T, s core.Store) {
 	results := claimAll(t, s, func(i int) storekit.ClaimRequest { return reqs[i] })
 	seen := make(map[int64]int, workers)
 	for i, r := range results {
-		require.True(t, r.Claimed, "worker %d: a distinct key must be claimed", i)
+		if !r.Claimed {
+			t.Fatalf("worker %d: a distinct key was not claimed (found a %s record, token %d), want claimed", i, r.Record.Status, r.Record.Token)
+		}
 		if j, dup := seen[r.Record.Token]; dup {
 			t.Fatalf("workers %d and %d got the same token %d", j, i, r.Record.Token)
 		}
@@ -987,20 +1219,26 @@ func testConcurrentExpiredTakeover(t *testing.T, s core.Store) {
 	req := newReq()
 	req.Lease = shortLease
 	first := claimNew(t, s, req)
+	// Not synchronisation: the lease must lapse on the store's own clock
+	// before the workers race to take it over.
 	time.Sleep(lapse)
 	req.Lease = longLease
 	winner := requireOneWinner(t, claimAll(t, s, func(int) storekit.ClaimRequest { return req }))
-	require.Greater(t, winner.Token, first.Record.Token)
+	if winner.Token <= first.Record.Token {
+		t.Fatalf("winner's token = %d, want more than the lapsed owner's %d", winner.Token, first.Record.Token)
+	}
 	requireLeaseLost(t, s.Complete(t.Context(), fence(first.Record), sampleResponse()), "Complete by the old owner")
-	require.NoError(t, s.Complete(t.Context(), fence(winner), sampleResponse()))
+	complete(t, s, fence(winner), sampleResponse())
 }
 
 func testConcurrentFailedTakeover(t *testing.T, s core.Store) {
 	req := newReq()
 	first := claimNew(t, s, req)
-	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	markFailed(t, s, fence(first.Record))
 	winner := requireOneWinner(t, claimAll(t, s, func(int) storekit.ClaimRequest { return req }))
-	require.Greater(t, winner.Token, first.Record.Token)
+	if winner.Token <= first.Record.Token {
+		t.Fatalf("winner's token = %d, want more than the failed owner's %d", winner.Token, first.Record.Token)
+	}
 }
 
 func testConcurrentComplete(t *testing.T, s core.Store) {
@@ -1032,10 +1270,16 @@ func testConcurrentComplete(t *testing.T, s core.Store) {
 			t.Fatalf("worker %d: Complete: %v, want ErrLeaseLost", i, err)
 		}
 	}
-	require.GreaterOrEqual(t, winner, 0, "one Complete must succeed")
+	if winner < 0 {
+		t.Fatalf("none of %d concurrent Completes succeeded, want one", workers)
+	}
 	rec := get(t, s, req.Scope, req.Key)
-	require.NotNil(t, rec.Response)
-	assert.Equal(t, fmt.Sprintf("worker %d", winner), string(rec.Response.Body), "the winner's response is kept")
+	if rec.Response == nil {
+		t.Fatal("Response after the concurrent Completes = nil, want the winner's")
+	}
+	if got, want := string(rec.Response.Body), fmt.Sprintf("worker %d", winner); got != want {
+		t.Errorf("stored body = %q, want the winner's %q", got, want)
+	}
 }
 
 // ---------------------------------------------------------------- watcher
@@ -1076,7 +1320,7 @@ func testWatcherWakes(t *testing.T, s core.Store) {
 
 	ch, release = w.Watch(t.Context(), req.Scope, req.Key)
 	defer release()
-	require.NoError(t, s.Fail(t.Context(), fence(first.Record)))
+	markFailed(t, s, fence(first.Record))
 	requireWoken(t, ch, "Fail")
 
 	ch, release = w.Watch(t.Context(), req.Scope, req.Key)
@@ -1085,7 +1329,7 @@ func testWatcherWakes(t *testing.T, s core.Store) {
 	requireWoken(t, ch, "a takeover")
 
 	ch, release = w.Watch(t.Context(), req.Scope, req.Key)
-	require.NoError(t, s.Complete(t.Context(), fence(second.Record), sampleResponse()))
+	complete(t, s, fence(second.Record), sampleResponse())
 	requireWoken(t, ch, "Complete")
 	release()
 	release() // releasing twice is harmless
