@@ -15,7 +15,7 @@ import (
 // (owned, heartbeat running), Replay, or a Reject (422, 409, not retained,
 // 503). With WithWait, an answer "in flight" is asked again until the
 // owner finishes or the wait is over.
-func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimRequest, req *Request, body []byte) (*Decision, error) {
+func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimRequest) (*Decision, error) {
 	w := e.newWaiter(d.Scope, d.Key)
 	defer w.stop()
 	for {
@@ -32,13 +32,6 @@ func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimReq
 		}
 		rec := res.Record
 		if rec.Method != claim.Method || rec.Route != claim.Route || rec.Fingerprint != claim.Fingerprint {
-			if legacy, ok := legacyClaim(claim, rec, req.Route, req.Target, body, req, e); ok {
-				// Written by a release that recorded the framework's own
-				// spelling of the route: the same request. Claim it (or
-				// read it) under its recorded identity.
-				claim = legacy
-				continue
-			}
 			e.refuse(ctx, d, EventMismatch, ProblemPayloadMismatch, http.StatusUnprocessableEntity, took,
 				"this idempotency key was already used with a different request; use a new key for a new request")
 			return d, nil
@@ -81,7 +74,7 @@ func (e *Engine) claimFailed(ctx context.Context, d *Decision, err error, took t
 func (e *Engine) own(ctx context.Context, d *Decision, rec *storekit.Record, fresh bool, sent time.Time, took time.Duration) {
 	d.Outcome = Proceed
 	d.own = &owner{lease: Lease{fence: storekit.Fence{Scope: d.Scope, Key: d.Key, Token: rec.Token}, store: e.store, fresh: fresh,
-		born: rec.CreatedAt, fp: rec.Fingerprint, legacy: e.legacyRelay(rec.CreatedAt)}}
+		born: rec.CreatedAt, fp: rec.Fingerprint}}
 	d.lease = &d.own.lease
 	d.lease.lose = d.loseLease
 	d.startHeartbeat(sent)

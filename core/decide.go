@@ -49,7 +49,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if read {
 		d.Body = body
 	}
-	return e.claim(ctx, d, claim, &req, body)
+	return e.claim(ctx, d, claim)
 }
 
 // admit runs the checks that need no body and no store: the method, a
@@ -185,33 +185,6 @@ func (e *Engine) reject(ctx context.Context, route, problem, detail string, caus
 	}
 	e.log(ctx, level, "rejected", "", "", route, attrs...)
 	return &Decision{Outcome: Reject, Problem: problem, eng: e, Response: resp}
-}
-
-// legacyClaim recognises a record written by a release that recorded the
-// route as the framework spelled it ("POST /v1/orders/{id}", "/v1/orders/:id")
-// rather than canonically: same method, that spelling, and the fingerprint
-// computed over it. It returns the claim to make under the recorded
-// identity, so a retry across the upgrade replays (or takes over a failed
-// record) instead of answering 422.
-func legacyClaim(claim storekit.ClaimRequest, rec storekit.Record, raw, target string, body []byte, req *Request, e *Engine) (storekit.ClaimRequest, bool) {
-	if rec.Route != raw {
-		// The previous release recorded ServeMux patterns unescaped
-		// ("POST /v1/things:batch"), which nethttpidem now escapes for
-		// CanonicalRoute ("POST /v1/things\:batch").
-		raw = unescapeRoute(raw)
-	}
-	if raw == claim.Route || rec.Route != raw || rec.Method != claim.Method {
-		return claim, false
-	}
-	fp := Fingerprint(FingerprintInput{
-		Method: claim.Method, Route: raw, Target: target, Body: body,
-		Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
-	})
-	if fp != rec.Fingerprint {
-		return claim, false
-	}
-	claim.Route, claim.Fingerprint = raw, fp
-	return claim, true
 }
 
 // replayResponse marks the stored response replayed. The stored response

@@ -20,11 +20,9 @@ type Lease struct {
 	// fresh: the claim created the record, so it has no steps (step.go).
 	fresh bool
 	// born and fp are the record's CreatedAt and fingerprint: its
-	// incarnation, which relay keys derive from. legacy: the record was
-	// created before WithLegacyRelayKeysBefore, its relay keys are v1.
-	born   time.Time
-	fp     string
-	legacy bool
+	// incarnation, which relay keys derive from.
+	born time.Time
+	fp   string
 	// synced: the claim was made durable before the first relay key left
 	// (ClaimSyncer); lose cancels the handler's context when it could not be.
 	synced sync.Once
@@ -122,16 +120,10 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 // (storekit.ClaimSyncer: pgstore in transactional mode), the first RelayKey of an
 // execution makes the claim durable (one round trip); if that fails, ctx is
 // cancelled with the cause, so a provider call made with it fails too.
-//
-// Records created before WithLegacyRelayKeysBefore keep the keys of earlier
-// releases, derived from (scope, key, label) alone.
 func RelayKey(ctx context.Context, label string) string {
 	l, ok := LeaseFromContext(ctx)
 	if !ok {
 		return ""
-	}
-	if l.legacy {
-		return relayKeyV1(l.fence.Scope, l.fence.Key, label)
 	}
 	l.synced.Do(func() { l.syncClaim(ctx) })
 	return relayKeyV2(l.fence.Scope, l.fence.Key, l.born, l.fp, label)
@@ -154,28 +146,7 @@ func (l *Lease) syncClaim(ctx context.Context) {
 // handler of every execution of r: for operators matching a record with
 // the provider's records (which charge did this key make?), and for tests.
 func (e *Engine) RelayKeyOf(r storekit.Record, label string) string {
-	if e.legacyRelay(r.CreatedAt) {
-		return relayKeyV1(r.Scope, r.Key, label)
-	}
 	return relayKeyV2(r.Scope, r.Key, r.CreatedAt, r.Fingerprint, label)
-}
-
-// legacyRelay reports a record created before WithLegacyRelayKeysBefore.
-func (e *Engine) legacyRelay(born time.Time) bool {
-	return !e.cfg.legacyRelayBefore.IsZero() && born.Before(e.cfg.legacyRelayBefore)
-}
-
-// relayKeyV1 is the relay key of releases before per-record keys: it
-// survived its record, so a key reused after expiry relayed the old
-// payment's key. Kept, bit for bit, for WithLegacyRelayKeysBefore.
-func relayKeyV1(scope, key, label string) string {
-	x := newHasher()
-	defer x.release()
-	x.field("idem-relay-v1")
-	x.field(scope)
-	x.field(key)
-	x.field(label)
-	return x.hexSum("idem_", 20)
 }
 
 // relayKeyV2 adds the record's incarnation: its CreatedAt, in microseconds

@@ -20,7 +20,7 @@ import (
 // -show-keys) says so with an "idem:showkey" comment.
 func TestNoKeyFormatted(t *testing.T) {
 	dirs := []string{".", "memstore", "../pgstore", "../mysqlstore", "../nethttpidem", "../ginidem",
-		"../echoidem", "../echov5idem", "../fiberidem", "../otelidem", "../cmd/idemctl", "../internal/sqlident"}
+		"../echoidem", "../echov5idem", "../fiberidem", "../otelidem", "../cmd/idemctl", "../sqlitestore", "../grpcidem", "storekit/sqlkit"}
 	formatting := map[string]map[string]bool{
 		"fmt":    {"Errorf": true, "Sprintf": true, "Sprint": true, "Sprintln": true, "Fprintf": true, "Fprint": true, "Fprintln": true, "Printf": true, "Print": true, "Println": true, "Appendf": true},
 		"errors": {"New": true},

@@ -92,8 +92,6 @@ type config struct {
 	stepsRequired  bool // step.go
 	retryAfter     time.Duration
 	problemBaseURI string
-	// legacyRelayBefore: WithLegacyRelayKeysBefore (lease.go).
-	legacyRelayBefore time.Time
 }
 
 func defaultConfig() config {
@@ -273,21 +271,6 @@ func WithCommitTimeout(d time.Duration) Option {
 // Default: 1s.
 func WithRetryAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryAfter = d })
-}
-
-// WithLegacyRelayKeysBefore keeps, for records created before t (by the
-// store's clock), the relay keys (RelayKey) of releases before relay keys
-// were per record: derived from (scope, key, label) alone. It is for an
-// upgrade: a record an earlier release created, retried after the upgrade,
-// must relay the key its first attempt sent, or the provider charges twice.
-// Set t, the same instant on every instance, to when no instance of the
-// earlier release will run any more (the rollout's end, plus a margin): until
-// then old and new instances relay the same keys; records created from t on
-// get per-record keys. Keep it while records created before t may still be
-// retried (their retention). Default: none, every record's keys are per
-// record.
-func WithLegacyRelayKeysBefore(t time.Time) Option {
-	return optionFunc(func(c *config) { c.legacyRelayBefore = t })
 }
 
 // WithProblemBaseURI sets the prefix of problem `type` URIs.

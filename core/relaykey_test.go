@@ -125,12 +125,7 @@ func TestRelayKeyPerRecord(t *testing.T) {
 	}
 }
 
-// v1Relay is the relay key releases before per-record keys gave u1/k1
-// under "charge" (produced by the first implementation): an upgraded engine
-// must still relay it for a record created before WithLegacyRelayKeysBefore.
-const v1Relay = "idem_9514f800a9b9ee4b327153459ac3d7a90720e5bf"
-
-// TestRelayKeyGolden pins both derivations: relay keys are sent to
+// TestRelayKeyGolden pins the derivation: relay keys are sent to
 // providers, so an optimisation must never change a bit of them.
 func TestRelayKeyGolden(t *testing.T) {
 	born := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
@@ -140,7 +135,6 @@ func TestRelayKeyGolden(t *testing.T) {
 		want string
 	}{
 		{"per record", nil, "idem_4e7a6bb68c8ac7709e0455ff49c3b6a3b089c9db"},
-		{"legacy", []core.Option{core.WithLegacyRelayKeysBefore(born.Add(time.Nanosecond))}, v1Relay},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			eng := newEngine(t, memstore.New(memstore.WithClock(func() time.Time { return born })), c.opts...)
@@ -155,35 +149,4 @@ func TestRelayKeyGolden(t *testing.T) {
 	// A lease that names no record (NewLease, for stores' tests).
 	ctx := storetest.ContextWithLease(t.Context(), storetest.NewLease(nil, storekit.Fence{Scope: "u1", Key: "k1", Token: 3}))
 	assert.Equal(t, "idem_eaf6f2812924b7bee1455d2a32d4494152bed708", core.RelayKey(ctx, "charge"))
-}
-
-// TestRelayKeyLegacyBefore is a rolling upgrade: a record created before
-// the cut-over (by an earlier release, or by this one during the rollout)
-// relays the earlier releases' key on every attempt, also after the
-// cut-over; a record created after it gets a per-record key.
-func TestRelayKeyLegacyBefore(t *testing.T) {
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clock := &relayClock{now: t0}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	cut := t0.Add(time.Hour)
-	eng := newEngine(t, store, core.WithLegacyRelayKeysBefore(cut), core.WithRetention(24*time.Hour))
-	const body = `{"amount":1000}`
-	ctx := context.Background()
-
-	d, relay := proceedRelay(t, eng, relayReq("u1", "k1", body))
-	assert.Equal(t, v1Relay, relay, "created before the cut-over: the earlier releases' key")
-	require.NoError(t, eng.Commit(ctx, d, adapterkit.Response{Status: http.StatusBadGateway}))
-
-	clock.Advance(2 * time.Hour) // past the cut-over; the record is still live
-	d, relay = proceedRelay(t, eng, relayReq("u1", "k1", body))
-	assert.Equal(t, v1Relay, relay, "a retry after the cut-over of a record created before it")
-	require.NoError(t, eng.Commit(ctx, d, created(`{}`)))
-
-	clock.Advance(25 * time.Hour) // expired: a new record, after the cut-over
-	d, relay = proceedRelay(t, eng, relayReq("u1", "k1", body))
-	assert.NotEqual(t, v1Relay, relay, "a record created after the cut-over has a per-record key")
-	rec, err := store.Get(ctx, "u1", "k1")
-	require.NoError(t, err)
-	assert.Equal(t, newEngine(t, store).RelayKeyOf(rec, "charge"), relay, "the same key as an engine without the option")
-	require.NoError(t, eng.Commit(ctx, d, created(`{}`)))
 }

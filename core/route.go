@@ -152,22 +152,3 @@ func isHost(s string) bool {
 	}
 	return true
 }
-
-// unescapeRoute drops the backslashes CanonicalRoute reads as escapes
-// ("\:" for a literal colon), giving the spelling a release before
-// canonical routes recorded for a ServeMux pattern. It returns t itself
-// when there is nothing to drop.
-func unescapeRoute(t string) string {
-	if strings.IndexByte(t, '\\') < 0 {
-		return t
-	}
-	var b strings.Builder
-	b.Grow(len(t))
-	for i := 0; i < len(t); i++ {
-		if t[i] == '\\' && i+1 < len(t) {
-			i++
-		}
-		b.WriteByte(t[i])
-	}
-	return b.String()
-}

@@ -5,12 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/core/storekit"
 )
 
 func TestCanonicalRoute(t *testing.T) {
@@ -127,92 +124,4 @@ func TestNoScopeFailsClosed(t *testing.T) {
 		t.Fatalf("shared key space: %v", d.Outcome)
 	}
 	_ = shared.Abort(t.Context(), d, nil)
-}
-
-// TestLegacyRouteRecord: a record written by a release that kept the
-// framework's spelling of the route ("POST /pay", ServeMux's pattern) still
-// replays, and a failed one is taken over, rather than answering 422.
-func TestLegacyRouteRecord(t *testing.T) {
-	store := memstore.New()
-	eng, err := core.New(store, core.WithSharedKeySpace())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	legacy := func(key string) storekit.ClaimRequest {
-		return storekit.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: "POST /pay",
-			Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: "POST /pay", Target: "/pay", Body: []byte("{}")}),
-			Lease:       time.Second, Retention: time.Hour}
-	}
-	req := func(key string) core.Request {
-		return core.Request{Method: "POST", Route: "POST /pay", Target: "/pay", Scope: "u",
-			Header: http.Header{"Idempotency-Key": {key}}, Body: strings.NewReader("{}")}
-	}
-	// Completed under the old route: replayed.
-	res, err := store.Claim(ctx, legacy("done"))
-	if err != nil || !res.Claimed {
-		t.Fatal(res, err)
-	}
-	f := storekit.Fence{Scope: "u", Key: "done", Token: res.Record.Token}
-	if err := store.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := eng.Decide(ctx, req("done"))
-	if err != nil || d.Outcome != core.Replay || string(d.Response.Body) != "old" {
-		t.Fatalf("completed legacy record: %v %v %q, want the replay", d.Outcome, err, d.Problem)
-	}
-	// Failed under the old route: taken over by the retry.
-	res, _ = store.Claim(ctx, legacy("failed"))
-	if err := store.Fail(ctx, storekit.Fence{Scope: "u", Key: "failed", Token: res.Record.Token}); err != nil {
-		t.Fatal(err)
-	}
-	d, err = eng.Decide(ctx, req("failed"))
-	if err != nil || d.Outcome != core.Proceed {
-		t.Fatalf("failed legacy record: %v %v %q, want proceed", d.Outcome, err, d.Problem)
-	}
-	if err := eng.Commit(ctx, d, adapterkit.Response{Status: 201, Body: []byte("new")}); err != nil {
-		t.Fatal(err)
-	}
-	// Another body under the same key is still a mismatch.
-	r := req("done")
-	r.Body = strings.NewReader(`{"x":1}`)
-	if d, _ := eng.Decide(ctx, r); d.Outcome != core.Reject || d.Problem != core.ProblemPayloadMismatch {
-		t.Fatalf("legacy record, other body: %v %q, want 422", d.Outcome, d.Problem)
-	}
-}
-
-// TestLegacyEscapedRouteRecord: nethttpidem escapes the ':' and '*' of a
-// ServeMux pattern ("POST /v1/things\:batch"); the release before canonical
-// routes recorded the pattern as written. That record replays; one of
-// another route is still a mismatch.
-func TestLegacyEscapedRouteRecord(t *testing.T) {
-	store := memstore.New()
-	eng, err := core.New(store, core.WithSharedKeySpace())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	seed := func(key, route string) {
-		res, err := store.Claim(ctx, storekit.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
-			Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: route, Target: "/v1/things:batch", Body: []byte("{}")}),
-			Lease:       time.Second, Retention: time.Hour})
-		if err != nil || !res.Claimed {
-			t.Fatal(res, err)
-		}
-		if err := store.Complete(ctx, storekit.Fence{Scope: "u", Key: key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201, Body: []byte("old")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seed("old", "POST /v1/things:batch")
-	seed("other", "POST /v1/other:batch")
-	req := func(key string) core.Request {
-		return core.Request{Method: "POST", Route: `POST /v1/things\:batch`, Target: "/v1/things:batch", Scope: "u",
-			Header: http.Header{"Idempotency-Key": {key}}, Body: strings.NewReader("{}")}
-	}
-	if d, err := eng.Decide(ctx, req("old")); err != nil || d.Outcome != core.Replay || string(d.Response.Body) != "old" {
-		t.Fatalf("legacy record of an escaped pattern: %v %v %q, want the replay", d.Outcome, err, d.Problem)
-	}
-	if d, _ := eng.Decide(ctx, req("other")); d.Outcome != core.Reject || d.Problem != core.ProblemPayloadMismatch {
-		t.Fatalf("legacy record of another route: %v %q, want 422", d.Outcome, d.Problem)
-	}
 }

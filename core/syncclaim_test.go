@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,14 +78,4 @@ func TestRelayKeySyncFailureCancelsHandler(t *testing.T) {
 	assert.NotEmpty(t, core.RelayKey(ctx, "charge"))
 	require.Error(t, ctx.Err(), "the handler's context survived a claim that could not be made durable")
 	assert.ErrorIs(t, context.Cause(ctx), boom)
-}
-
-// Legacy relay keys (WithLegacyRelayKeysBefore) do not name the record's
-// incarnation: a lost claim changes nothing of them, so no sync is paid.
-func TestLegacyRelayKeyNeedsNoSync(t *testing.T) {
-	s := &syncingStore{Store: memstore.New()}
-	eng, err := core.New(s, core.WithSharedKeySpace(), core.WithLegacyRelayKeysBefore(time.Now().Add(time.Hour)))
-	require.NoError(t, err)
-	proceedRelay(t, eng, relayReq("", "k1", `{"a":1}`))
-	assert.Equal(t, 0, s.calls())
 }

@@ -7,31 +7,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/nethttpidem"
 )
-
-// legacyRecord stores a completed record the way the release before
-// canonical routes wrote it: the route as the framework spelled it
-// (ServeMux's pattern, unescaped) and the fingerprint computed over it.
-func legacyRecord(t *testing.T, store core.Store, key, route, target, body, answer string) {
-	t.Helper()
-	ctx := t.Context()
-	res, err := store.Claim(ctx, storekit.ClaimRequest{Scope: "u", Key: key, Method: "POST", Route: route,
-		Fingerprint: core.Fingerprint(core.FingerprintInput{Method: "POST", Route: route, Target: target, Body: []byte(body)}),
-		Lease:       time.Minute, Retention: time.Hour})
-	if err != nil || !res.Claimed {
-		t.Fatalf("seed %s: %+v %v", route, res, err)
-	}
-	if err := store.Complete(ctx, storekit.Fence{Scope: "u", Key: key, Token: res.Record.Token},
-		storekit.StoredResponse{Status: http.StatusCreated, Body: []byte(answer)}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func postKey(t *testing.T, url, key, body string) (int, string, http.Header) {
 	t.Helper()
@@ -51,53 +31,9 @@ func postKey(t *testing.T, url, key, body string) (int, string, http.Header) {
 	return resp.StatusCode, string(b), resp.Header
 }
 
-// TestPreviousReleaseRoutesReplay: records written by the release before
-// canonical routes (the raw ServeMux pattern, whose ':' and '*' are
-// literal) replay through nethttpidem after the upgrade, for patterns with
-// ':' and '*' and Go 1.22's "{id...}" and "{$}"; the handler does not run.
-func TestPreviousReleaseRoutesReplay(t *testing.T) {
-	cases := []struct{ pattern, target string }{
-		{"POST /v1/things:batch", "/v1/things:batch"},
-		{"POST /v1/glob*", "/v1/glob*"},
-		{"POST /v1/orders/{id}/items:cancel", "/v1/orders/42/items:cancel"},
-		{"POST /files/{path...}", "/files/a/b"},
-		{"POST /v1/items/{$}", "/v1/items/"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.pattern, func(t *testing.T) {
-			store := memstore.New()
-			eng, err := core.New(store)
-			if err != nil {
-				t.Fatal(err)
-			}
-			legacyRecord(t, store, "k-legacy", tc.pattern, tc.target, "{}", "old")
-			var runs atomic.Int64
-			mw, err := nethttpidem.New(eng, nethttpidem.WithScope(func(*http.Request) (string, error) { return "u", nil }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			mux := http.NewServeMux()
-			mux.Handle(tc.pattern, mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				runs.Add(1)
-				w.WriteHeader(http.StatusCreated)
-			})))
-			srv := httptest.NewServer(mux)
-			defer srv.Close()
-			status, body, hdr := postKey(t, srv.URL+tc.target, "k-legacy", "{}")
-			if status != http.StatusCreated || body != "old" || hdr.Get(core.ReplayedHeader) != "true" {
-				t.Errorf("legacy record for %q: %d %q replayed=%q, want the stored 201 \"old\" replayed", tc.pattern, status, body, hdr.Get(core.ReplayedHeader))
-			}
-			if n := runs.Load(); n != 0 {
-				t.Errorf("handler ran %d times, want 0", n)
-			}
-		})
-	}
-}
-
 // TestChiRegexpRouteSharesRecord: chi's "{id:[0-9]+}" (through WithRoute,
 // as chi users mount it) is the same route as ServeMux's "{id}": a key
-// first served by one replays through the other; a chi record written by
-// the previous release replays too.
+// first served by one replays through the other.
 func TestChiRegexpRouteSharesRecord(t *testing.T) {
 	store := memstore.New()
 	eng, err := core.New(store)
@@ -131,10 +67,6 @@ func TestChiRegexpRouteSharesRecord(t *testing.T) {
 	}
 	if s, b, hdr := postKey(t, muxSrv.URL+"/v1/orders/7/confirm", "k-chi", "{}"); s != http.StatusCreated || hdr.Get(core.ReplayedHeader) != "true" {
 		t.Errorf("retry via ServeMux: %d %q replayed=%q, want the replay", s, b, hdr.Get(core.ReplayedHeader))
-	}
-	legacyRecord(t, store, "k-chi-legacy", "/v1/orders/{id:[0-9]+}/confirm", "/v1/orders/8/confirm", "{}", "old")
-	if s, b, _ := postKey(t, chiSrv.URL+"/v1/orders/8/confirm", "k-chi-legacy", "{}"); s != http.StatusCreated || b != "old" {
-		t.Errorf("chi record of the previous release: %d %q, want the stored \"old\"", s, b)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
