@@ -142,7 +142,7 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 	if req.Key == "" {
 		return CallResult{}, &CallError{Problem: ProblemMissingKey}
 	}
-	if k, err := ParseKey([]string{req.Key}); err != nil || k != req.Key {
+	if k, err := parseKey([]string{req.Key}); err != nil || k != req.Key {
 		if err == nil {
 			err = keyErr("quoted key (pass the key itself)")
 		}

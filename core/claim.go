@@ -56,7 +56,7 @@ func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimReq
 func (e *Engine) claimFailed(ctx context.Context, d *Decision, err error, took time.Duration) (*Decision, error) {
 	if ctx.Err() != nil {
 		err = e.scrub(err, d.Key)
-		e.observe(Event{Kind: EventCanceled, Problem: ProblemCanceled, Scope: d.Scope, Route: d.route, Status: StatusClientClosedRequest, Duration: took, Err: err})
+		e.observe(Event{Kind: EventCanceled, Problem: ProblemCanceled, Scope: d.Scope, Route: d.route, Status: statusClientClosedRequest, Duration: took, Err: err})
 		e.log(ctx, slog.LevelInfo, "canceled", d.Key, d.Scope, d.route, slog.Any("err", err))
 		d.answer(Reject, ProblemCanceled, e.problem(ProblemCanceled, "the request was cancelled before it was processed"))
 		return d, nil

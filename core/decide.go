@@ -72,7 +72,7 @@ func (e *Engine) admit(ctx context.Context, req *Request, method, route string) 
 		// a route: the event carries none.
 		return "", "", e.bypass("")
 	}
-	key, err := ParseKey(req.values(e.cfg.header))
+	key, err := parseKey(req.values(e.cfg.header))
 	if errors.Is(err, ErrKeyMissing) {
 		if !e.cfg.required {
 			// Named, so a staged roll-out can count the clients that send

@@ -187,7 +187,7 @@ func (e *Engine) redact(key string) string {
 	return RedactKey(key)
 }
 
-// scrub returns err with the key scrubbed from its message (ScrubError),
+// scrub returns err with the key scrubbed from its message (scrubError),
 // so that a store error, a scope function's error, a handler's error or
 // panic quoting the key cannot carry it into a log line, an event or an
 // error handler. errors.Is and errors.As still see the original chain.
@@ -195,5 +195,5 @@ func (e *Engine) scrub(err error, key string) error {
 	if e.cfg.logKeys {
 		return err
 	}
-	return ScrubError(err, key)
+	return scrubError(err, key)
 }

@@ -24,3 +24,9 @@ func ISO8601Duration(d time.Duration) string { return iso8601Duration(d) }
 
 // StepsSupported reports whether the engine finds a StepStore in s.
 func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
+
+// Key syntax, unexported because only adapters' tests and the OpenAPI
+// fragment need it.
+var ParseKey = parseKey
+
+const KeyPattern = keyPattern

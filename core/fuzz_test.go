@@ -33,25 +33,25 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		key, err := ParseKey([]string{v})
+		key, err := parseKey([]string{v})
 		if err != nil {
 			if !errors.Is(err, ErrKeyInvalid) || errors.Is(err, ErrKeyMissing) {
-				t.Fatalf("ParseKey(%q): error %v does not wrap ErrKeyInvalid alone", v, err)
+				t.Fatalf("parseKey(%q): error %v does not wrap ErrKeyInvalid alone", v, err)
 			}
 			if key != "" {
-				t.Fatalf("ParseKey(%q) returned key %q with error %v", v, key, err)
+				t.Fatalf("parseKey(%q) returned key %q with error %v", v, key, err)
 			}
 		} else {
 			if len(key) < 1 || len(key) > MaxKeyBytes {
-				t.Fatalf("ParseKey(%q) accepted a %d-byte key", v, len(key))
+				t.Fatalf("parseKey(%q) accepted a %d-byte key", v, len(key))
 			}
 			for i := 0; i < len(key); i++ {
 				if key[i] < 0x20 || key[i] > 0x7e {
-					t.Fatalf("ParseKey(%q) accepted key %q with byte %#x", v, key, key[i])
+					t.Fatalf("parseKey(%q) accepted key %q with byte %#x", v, key, key[i])
 				}
 			}
 			// Re-quoted as an sf-string, the key parses to itself.
-			if k2, err := ParseKey([]string{sfQuote(key)}); err != nil || k2 != key {
+			if k2, err := parseKey([]string{sfQuote(key)}); err != nil || k2 != key {
 				t.Fatalf("re-quoted key %q parsed to %q, %v", sfQuote(key), k2, err)
 			}
 			// A raw (unquoted) value is the key itself, trimmed.
@@ -60,12 +60,12 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 		// Surrounding whitespace never changes the outcome.
-		key2, err2 := ParseKey([]string{" \t" + v + "\t "})
+		key2, err2 := parseKey([]string{" \t" + v + "\t "})
 		if key2 != key || (err == nil) != (err2 == nil) {
-			t.Fatalf("padding changed ParseKey(%q): %q,%v vs %q,%v", v, key, err, key2, err2)
+			t.Fatalf("padding changed parseKey(%q): %q,%v vs %q,%v", v, key, err, key2, err2)
 		}
 		// Two lines are always refused.
-		if k, err := ParseKey([]string{v, v}); err == nil || !errors.Is(err, ErrKeyInvalid) {
+		if k, err := parseKey([]string{v, v}); err == nil || !errors.Is(err, ErrKeyInvalid) {
 			t.Fatalf("two lines %q accepted as %q (%v)", v, k, err)
 		}
 	})

@@ -8,13 +8,13 @@ import (
 // MaxKeyBytes is the longest idempotency key accepted, in bytes after decoding.
 const MaxKeyBytes = 255
 
-// Key parsing errors, wrapped by ParseKey.
+// Key parsing errors, wrapped by parseKey.
 var (
 	ErrKeyMissing = errors.New("idem: idempotency key missing")
 	ErrKeyInvalid = errors.New("idem: idempotency key invalid")
 )
 
-// ParseKey extracts the idempotency key from the values of its header lines.
+// parseKey extracts the idempotency key from the values of its header lines.
 //
 // The IETF draft defines the header as a Structured Field String
 // (RFC 8941: `"..."` with `\"` and `\\` escapes); many clients send the raw
@@ -22,7 +22,7 @@ var (
 // both are accepted. The key must be 1 to MaxKeyBytes printable ASCII bytes.
 // Several header lines, or one line holding a list, are refused: which one the
 // client meant is ambiguous.
-func ParseKey(values []string) (string, error) {
+func parseKey(values []string) (string, error) {
 	switch len(values) {
 	case 0:
 		return "", ErrKeyMissing

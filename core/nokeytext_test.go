@@ -14,7 +14,7 @@ import (
 // code (core, the stores, the adapters, otelidem, idemctl) hands a key to
 // a formatting or logging call (fmt.Errorf, fmt.Sprintf, errors.New,
 // log.*, slog attributes, ...) other than through RedactKey, ScrubText or
-// ScrubError. A key is an identifier named key, k or secret, or a field
+// scrubError. A key is an identifier named key, k or secret, or a field
 // named Key. The engine's own log method takes the key and redacts it. A
 // line that prints a key because the operator asked for it (idemctl
 // -show-keys) says so with an "idem:showkey" comment.
@@ -27,7 +27,7 @@ func TestNoKeyFormatted(t *testing.T) {
 		"log":    {"Printf": true, "Print": true, "Println": true, "Fatalf": true, "Panicf": true},
 		"slog":   {"String": true, "Any": true, "Info": true, "Warn": true, "Error": true, "Debug": true, "Group": true},
 	}
-	safe := map[string]bool{"RedactKey": true, "ScrubText": true, "ScrubError": true, "redact": true, "scrub": true, "describe": true}
+	safe := map[string]bool{"RedactKey": true, "ScrubText": true, "scrubError": true, "redact": true, "scrub": true, "describe": true}
 	checked := 0
 	for _, dir := range dirs {
 		fset := token.NewFileSet()

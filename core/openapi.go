@@ -27,10 +27,10 @@ const (
 	keyHeaderMaxLength   = 2*MaxKeyBytes + 2             // a quoted key with every byte escaped
 )
 
-// KeyPattern is the ECMA-262 (and Go RE2) pattern of a valid key header
+// keyPattern is the ECMA-262 (and Go RE2) pattern of a valid key header
 // value, as published in the key parameter's schema: a raw token or an
 // RFC 8941 sf-string. The decoded key must also be 1 to MaxKeyBytes bytes.
-const KeyPattern = `^(?:` + keyPatternRaw + `|` + keyPatternSF + `)$`
+const keyPattern = `^(?:` + keyPatternRaw + `|` + keyPatternSF + `)$`
 
 // OpenAPIFragment is a Policy rendered as OpenAPI 3.1: components to merge
 // into an API description, the policy as the x-idempotency extension, and
@@ -112,7 +112,7 @@ func (p Policy) keyParameter() map[string]any {
 			"type":      "string",
 			"minLength": 1,
 			"maxLength": keyHeaderMaxLength,
-			"pattern":   KeyPattern,
+			"pattern":   keyPattern,
 		},
 		"example": "8e03978e-40d5-43e8-bc93-6894a57f9324",
 	}

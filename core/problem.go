@@ -31,10 +31,10 @@ const (
 	ProblemCanceled         = "request-canceled"  // 499: the client went away before the claim
 )
 
-// StatusClientClosedRequest is the status of ProblemCanceled (nginx's 499):
+// statusClientClosedRequest is the status of ProblemCanceled (nginx's 499):
 // the client went away, so the answer goes nowhere; it is not a server
 // failure and not a store outage.
-const StatusClientClosedRequest = 499
+const statusClientClosedRequest = 499
 
 // problemRow is one row of the problem table.
 type problemRow struct {
@@ -56,7 +56,7 @@ var problems = []problemRow{
 	{ProblemScopeUnavailable, http.StatusUnauthorized, "Request scope unavailable"},
 	{ProblemHandlerPanic, http.StatusInternalServerError, "Internal server error"},
 	{ProblemHandlerError, http.StatusInternalServerError, "Internal server error"},
-	{ProblemCanceled, StatusClientClosedRequest, "Request canceled"},
+	{ProblemCanceled, statusClientClosedRequest, "Request canceled"},
 }
 
 var problemIndex = func() map[string]problemRow {

@@ -60,10 +60,10 @@ func ScrubText(s, key string) string {
 	return b.String()
 }
 
-// ScrubError returns err with its message scrubbed of key (see ScrubText);
+// scrubError returns err with its message scrubbed of key (see ScrubText);
 // errors.Is and errors.As still see the original chain. It returns err
 // itself when the message holds no form of the key.
-func ScrubError(err error, key string) error {
+func scrubError(err error, key string) error {
 	if err == nil || key == "" {
 		return err
 	}

@@ -48,17 +48,17 @@ func TestScrubText(t *testing.T) {
 func TestScrubError(t *testing.T) {
 	base := errors.New("store down")
 	err := fmt.Errorf("claim %q: %w", "k", base)
-	got := ScrubError(err, "k")
+	got := scrubError(err, "k")
 	if strings.Contains(got.Error(), `"k"`) || !strings.Contains(got.Error(), RedactKey("k")) {
-		t.Errorf("ScrubError = %q", got)
+		t.Errorf("scrubError = %q", got)
 	}
 	if !errors.Is(got, base) {
-		t.Errorf("ScrubError hides the chain")
+		t.Errorf("scrubError hides the chain")
 	}
-	if clean := errors.New("nothing"); ScrubError(clean, "k") != clean {
-		t.Errorf("ScrubError wrapped an error without the key")
+	if clean := errors.New("nothing"); scrubError(clean, "k") != clean {
+		t.Errorf("scrubError wrapped an error without the key")
 	}
-	if ScrubError(nil, "k") != nil || ScrubError(err, "") != err {
+	if scrubError(nil, "k") != nil || scrubError(err, "") != err {
 		t.Errorf("nil error or empty key not passed through")
 	}
 }
