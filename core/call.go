@@ -32,7 +32,7 @@ type CallRequest struct {
 	Key string
 	// Name names the operation ("charge", "/payments.v1.Payments/Charge"):
 	// the record's route, part of the fingerprint. It must be its own
-	// CanonicalRoute (no spaces, no ":id" parameters).
+	// adapterkit.CanonicalRoute (no spaces, no ":id" parameters).
 	Name string
 	// Input is the operation's input (a message payload, a marshalled
 	// request), fingerprinted and not kept: the key reused with another
@@ -148,8 +148,8 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 		}
 		return CallResult{}, &CallError{Problem: ProblemInvalidKey, Err: err}
 	}
-	if req.Name == "" || CanonicalRoute(req.Name) != req.Name {
-		return CallResult{}, fmt.Errorf("idem: call: invalid name %q: not empty, and its own CanonicalRoute", req.Name)
+	if req.Name == "" || adapterkit.CanonicalRoute(req.Name) != req.Name {
+		return CallResult{}, fmt.Errorf("idem: call: invalid name %q: not empty, and its own adapterkit.CanonicalRoute", req.Name)
 	}
 	if _, nested := LeaseFromContext(ctx); nested {
 		// Decide lets a request inside an owned one through unclaimed;

@@ -20,7 +20,7 @@ import (
 // with a nil error.
 func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	method := strings.ToUpper(req.Method)
-	claimRoute := CanonicalRoute(req.Route)
+	claimRoute := adapterkit.CanonicalRoute(req.Route)
 	route := claimRoute // what events and logs name: a template, never a client's path
 	if req.RouteIsPath {
 		route = ""
@@ -38,7 +38,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 		Key:    key,
 		Method: method,
 		Route:  claimRoute,
-		Fingerprint: Fingerprint(FingerprintInput{
+		Fingerprint: fingerprint(fingerprintInput{
 			Method: method, Route: claimRoute, Target: req.Target, Body: body,
 			Header: req.fingerprintHeader(e.cfg.fpHeaders), Headers: e.cfg.fpHeaders, CanonicalJSON: e.cfg.canonicalJSON,
 		}),

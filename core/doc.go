@@ -24,7 +24,7 @@
 // answer to a failed commit. Every policy lives here too: outcomes carry a
 // machine-readable problem name (Decision.Problem, LookupProblem), observer
 // events have typed kinds (EventKind), and routes are recorded in canonical form
-// (CanonicalRoute), so a fleet mixing frameworks shares records.
+// (adapterkit.CanonicalRoute), so a fleet mixing frameworks shares records.
 //
 // Work that is not an HTTP request (a queue consumer, a job, a gRPC
 // method: grpcidem) uses Engine.Call (or CallJSON): the same flow, run by

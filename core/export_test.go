@@ -30,3 +30,8 @@ func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
 var ParseKey = parseKey
 
 const KeyPattern = keyPattern
+
+// The fingerprint, pinned by the golden tests.
+var Fingerprint = fingerprint
+
+type FingerprintInput = fingerprintInput

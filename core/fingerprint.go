@@ -16,8 +16,8 @@ import (
 	"unicode/utf8"
 )
 
-// FingerprintInput is what identifies "the same request" under one key.
-type FingerprintInput struct {
+// fingerprintInput is what identifies "the same request" under one key.
+type fingerprintInput struct {
 	Method string
 	Route  string
 	// Target is the request target as received (path and query). Without
@@ -37,10 +37,10 @@ type FingerprintInput struct {
 	CanonicalJSON bool
 }
 
-// Fingerprint returns the hex SHA-256 of the request's identity: method,
+// fingerprint returns the hex SHA-256 of the request's identity: method,
 // route template, request target, selected headers and body. Every field is length-prefixed,
 // so no two different inputs share an encoding.
-func Fingerprint(in FingerprintInput) string {
+func fingerprint(in fingerprintInput) string {
 	x := newHasher()
 	defer x.release()
 	x.field("idem-fp-v1")

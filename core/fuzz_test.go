@@ -127,7 +127,7 @@ func FuzzFingerprint(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			re := Fingerprint(FingerprintInput{Method: m1, Route: r1, Body: indented, CanonicalJSON: true})
+			re := fingerprint(fingerprintInput{Method: m1, Route: r1, Body: indented, CanonicalJSON: true})
 			if re != c1 {
 				t.Fatalf("re-encoded %q (from %q) changed the canonical fingerprint", indented, b1)
 			}

@@ -7,39 +7,9 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
-
-func TestCanonicalRoute(t *testing.T) {
-	cases := map[string]string{
-		"/v1/payments":                     "/v1/payments",
-		"POST /v1/payments":                "/v1/payments",
-		"POST api.example.com/v1/payments": "/v1/payments",
-		"/v1/orders/{id}/confirm":          "/v1/orders/{id}/confirm",
-		"POST /v1/orders/{id}/confirm":     "/v1/orders/{id}/confirm",
-		"/v1/orders/:id/confirm":           "/v1/orders/{id}/confirm",
-		"/v1/orders/:id<int>/confirm":      "/v1/orders/{id}/confirm",
-		"/v1/orders/:id?":                  "/v1/orders/{id}",
-		"/v1/orders/{id:[0-9]+}/confirm":   "/v1/orders/{id}/confirm",
-		"/v1/orders/{id:[0-9]{3}}/confirm": "/v1/orders/{id}/confirm",
-		"/files/*path":                     "/files/{*}",
-		"/files/*":                         "/files/{*}",
-		"/files/{path...}":                 "/files/{*}",
-		"POST /files/{$}":                  "/files/",
-		"/v1/things\\:batch":               "/v1/things\\:batch",
-		"/flights/:from-:to":               "/flights/{from}-{to}",
-		"":                                 "",
-		"/a b":                             "/a b",
-	}
-	for in, want := range cases {
-		if got := core.CanonicalRoute(in); got != want {
-			t.Errorf("CanonicalRoute(%q) = %q, want %q", in, got, want)
-		}
-		if got := core.CanonicalRoute(want); got != want {
-			t.Errorf("CanonicalRoute(%q) (already canonical) = %q", want, got)
-		}
-	}
-}
 
 // TestFingerprintGoldenCanonicalRoutes pins what a fleet of mixed
 // frameworks records for one route: every spelling fingerprints the same,
@@ -49,7 +19,7 @@ func TestFingerprintGoldenCanonicalRoutes(t *testing.T) {
 	var got []string
 	for _, tmpl := range []string{"POST /v1/orders/{id}/confirm", "/v1/orders/:id/confirm", "/v1/orders/{id}/confirm"} {
 		got = append(got, core.Fingerprint(core.FingerprintInput{
-			Method: "POST", Route: core.CanonicalRoute(tmpl), Target: "/v1/orders/42/confirm", Body: []byte(`{"note":"x"}`),
+			Method: "POST", Route: adapterkit.CanonicalRoute(tmpl), Target: "/v1/orders/42/confirm", Body: []byte(`{"note":"x"}`),
 		}))
 	}
 	for i := range got {

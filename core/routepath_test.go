@@ -53,7 +53,7 @@ func TestRouteIsPathNotInEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := core.CanonicalRoute(c.route); rec.Route != want {
+		if want := adapterkit.CanonicalRoute(c.route); rec.Route != want {
 			t.Errorf("recorded route %q, want %q", rec.Route, want)
 		}
 	}

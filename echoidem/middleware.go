@@ -78,7 +78,7 @@ func WithErrorHandler(h ErrorHandler) Option {
 // Echo#Use, Group#Use or on routes (not Echo#Pre: see the package
 // documentation). A request no route serves passes through to echo's own
 // 404 or 405 (or a RouteNotFound handler) untouched. The route template (c.Path()) is part of the fingerprint,
-// in canonical form (core.CanonicalRoute).
+// in canonical form (adapterkit.CanonicalRoute).
 //
 // It fails without a scope (WithScope, or core.WithScope on the engine)
 // unless the engine opted into core.WithSharedKeySpace, and with a nil

@@ -18,7 +18,7 @@ import (
 // Echo#Pre). A request no route serves passes through to echo's own 404 or
 // 405 (or a RouteNotFound handler) untouched. The route template
 // (c.Path()) is part of the fingerprint, in canonical form
-// (core.CanonicalRoute): "/v1/orders/:id" is recorded as
+// (adapterkit.CanonicalRoute): "/v1/orders/:id" is recorded as
 // "/v1/orders/{id}", as every idem adapter records it.
 //
 // It fails without a scope (WithScope, or core.WithScope on the engine)

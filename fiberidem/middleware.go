@@ -32,7 +32,7 @@ import (
 // untouched, with no key required and nothing recorded. Mounting on the
 // routes (or on a Group's routes: grp.Post(path, idem, h)) needs no such
 // lookup and is cheaper. The route is part of the fingerprint, in
-// canonical form (core.CanonicalRoute).
+// canonical form (adapterkit.CanonicalRoute).
 //
 // The request body is fingerprinted as received (a gzip body compressed,
 // as the other adapters hash it), read only for a request idem protects

@@ -25,7 +25,7 @@ func noRoute() bool { return true }
 // untouched, with no key required and nothing recorded.
 //
 // The route template (c.FullPath()) is part of the request fingerprint, in
-// canonical form (core.CanonicalRoute). A
+// canonical form (adapterkit.CanonicalRoute). A
 // replay or a rejection is written with gin's writer and the chain is
 // aborted (c.Abort).
 //

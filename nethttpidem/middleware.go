@@ -57,7 +57,7 @@ func WithSkip(f func(*http.Request) bool) Option {
 }
 
 // WithRoute sets how the route template is found; it is part of the
-// fingerprint, in canonical form (core.CanonicalRoute). An empty result
+// fingerprint, in canonical form (adapterkit.CanonicalRoute). An empty result
 // means no route is known: the path is used, as without a pattern.
 // Default: r.Pattern, set by the router that routed the request before the
 // middleware ran (http.ServeMux, whose method and host prefix are dropped;
@@ -96,7 +96,7 @@ func WithErrorHandler(h ErrorHandler) Option {
 }
 
 // defaultRoute is the pattern of the router that routed r (r.Pattern:
-// ServeMux, chi), escaped for core.CanonicalRoute, else the path.
+// ServeMux, chi), escaped for adapterkit.CanonicalRoute, else the path.
 func defaultRoute(r *http.Request) string {
 	if r.Pattern != "" {
 		return routerPattern(r.Pattern)
@@ -104,7 +104,7 @@ func defaultRoute(r *http.Request) string {
 	return r.URL.Path
 }
 
-// routerPattern escapes a router's pattern for core.CanonicalRoute, which
+// routerPattern escapes a router's pattern for adapterkit.CanonicalRoute, which
 // reads ':' and '*' as parameters (gin, echo, fiber): in a ServeMux
 // pattern both are literal characters, and so is chi's ':' outside
 // braces. chi, which sets r.Pattern to its own pattern once it has routed

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
@@ -77,7 +78,7 @@ func TestServeMuxPatterns(t *testing.T) {
 			defer a.Close()
 			defer b.Close()
 
-			want := core.CanonicalRoute(tc.framework)
+			want := adapterkit.CanonicalRoute(tc.framework)
 			for i, first := range []*httptest.Server{a, b} {
 				other := [2]*httptest.Server{b, a}[i]
 				key := "k-" + [2]string{"handler", "mux"}[i]

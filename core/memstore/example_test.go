@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 )
@@ -22,7 +21,7 @@ func Example() {
 		Key:         "8e03978e-40d5-43e8-bc93-6894a57f9324",
 		Method:      http.MethodPost,
 		Route:       "/v1/payments",
-		Fingerprint: core.Fingerprint(core.FingerprintInput{Method: http.MethodPost, Route: "/v1/payments", Body: []byte(`{"amount":1000}`)}),
+		Fingerprint: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", // the engine's hex SHA-256 of the request
 		Lease:       30 * time.Second,
 		Retention:   24 * time.Hour,
 	}

@@ -65,7 +65,7 @@ type Record struct {
 	Key         string
 	Method      string
 	Route       string
-	Fingerprint string // hex SHA-256, see core.Fingerprint
+	Fingerprint string // hex SHA-256 of the request's identity, computed by the engine; opaque to stores
 	Status      Status
 	// Token is the lease token of the current (or last) owner. Tokens are
 	// strictly increasing per store: a takeover always yields a larger one,

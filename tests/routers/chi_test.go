@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
 )
@@ -104,8 +105,8 @@ func TestChiRouteTemplate(t *testing.T) {
 
 	cases := []struct{ target, want string }{
 		{"/v1/payments", "/v1/payments"},
-		{"/v1/orders/42/confirm", core.CanonicalRoute("/v1/orders/:id/confirm")},
-		{"/v1/files/a/b.txt", core.CanonicalRoute("/v1/files/*")},
+		{"/v1/orders/42/confirm", adapterkit.CanonicalRoute("/v1/orders/:id/confirm")},
+		{"/v1/files/a/b.txt", adapterkit.CanonicalRoute("/v1/files/*")},
 	}
 	for i, tc := range cases {
 		key := fmt.Sprintf("k-%d", i)
