@@ -92,7 +92,7 @@ func (e *Engine) completed(ctx context.Context, d *Decision, sr *storekit.Stored
 		return
 	}
 	d.Outcome = Replay
-	d.Response = replayResponse(sr)
+	d.Response = replayResponse(sr, e.cfg.replayed)
 	e.observe(Event{Kind: EventReplay, Scope: d.Scope, Route: d.route, Status: d.Response.Status, Duration: took})
 	e.log(ctx, slog.LevelInfo, "replay", d.Key, d.Scope, d.route, slog.Int("status", d.Response.Status))
 }

@@ -191,12 +191,12 @@ func (e *Engine) reject(ctx context.Context, route, problem, detail string, caus
 // is the store's and read-only (see Store): the replay gets a header map of
 // its own, whose value slices are the store's, capped so that an append
 // reallocates; the body is shared and only read.
-func replayResponse(sr *storekit.StoredResponse) *adapterkit.Response {
+func replayResponse(sr *storekit.StoredResponse, replayed string) *adapterkit.Response {
 	h := make(http.Header, len(sr.Header)+1)
 	for k, v := range sr.Header {
 		h[k] = v[:len(v):len(v)]
 	}
-	h[ReplayedHeader] = []string{"true"} // h.Set: ReplayedHeader is canonical
+	h[replayed] = []string{"true"} // h.Set: New made the name canonical
 	return &adapterkit.Response{Status: sr.Status, Header: h, Body: sr.Body}
 }
 

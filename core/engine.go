@@ -40,6 +40,7 @@ func New(store Store, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("idem: WithStepsRequired: store %T does not keep steps (storekit.StepStore)", store)
 	}
 	cfg.header = http.CanonicalHeaderKey(cfg.header)
+	cfg.replayed = http.CanonicalHeaderKey(cfg.replayed)
 	// Canonicalise a copy: the default list is a shared package variable.
 	canon := make([]string, len(cfg.replayHeaders))
 	for i, h := range cfg.replayHeaders {

@@ -94,7 +94,7 @@ func (p Policy) keyParameter() map[string]any {
 		d.WriteString("Optional for " + strings.Join(p.Methods, ", ") + " requests: without it the request is not protected. ")
 	}
 	d.WriteString("A retry with the same key and the same request gets the first response again, marked " +
-		ReplayedHeader + ": true; the same key with a different request is refused (422). ")
+		p.replayedHeader() + ": true; the same key with a different request is refused (422). ")
 	if p.Wait > 0 {
 		d.WriteString("A retry while the first request is in progress waits up to " + p.Wait.String() +
 			" for it, then gets 409 with Retry-After. ")
@@ -180,7 +180,7 @@ func (p Policy) extension() map[string]any {
 		"leaseSeconds":        p.Lease.Seconds(),
 		"inFlightWait":        iso8601Duration(p.Wait),
 		"inFlightWaitSeconds": p.Wait.Seconds(),
-		"replayedHeader":      ReplayedHeader,
+		"replayedHeader":      p.replayedHeader(),
 		"replayHeaders":       strSlice(p.ReplayHeaders),
 		"fingerprint": map[string]any{
 			"algorithm": "sha-256",
@@ -205,7 +205,7 @@ func strSlice(s []string) []any {
 // Protect marks op, the OpenAPI operation object served for method, as
 // guarded by idem, and reports whether it did (false when the policy does
 // not protect method: op is left alone). It adds the key parameter, idem's
-// problem responses, and the Idempotent-Replayed header to every response
+// problem responses, and the replayed header (Policy.ReplayedHeader) to every response
 // of op whose status the outcome policy stores and replays. Where op
 // already describes a problem status of its own (say its own 400), the
 // content schemas are combined with anyOf. op's responses must be declared
@@ -236,7 +236,7 @@ func (f *OpenAPIFragment) Protect(method string, op map[string]any) bool {
 			headers = map[string]any{}
 			resp["headers"] = headers
 		}
-		headers[ReplayedHeader] = map[string]any{"$ref": "#/components/headers/" + OpenAPIReplayedHdr}
+		headers[f.policy.replayedHeader()] = map[string]any{"$ref": "#/components/headers/" + OpenAPIReplayedHdr}
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Components["responses"])) {
 		code := strings.TrimPrefix(name, openAPIProblemResp)

@@ -77,6 +77,7 @@ type config struct {
 	maxResponse    int
 	policy         func(status int) Class
 	replayHeaders  []string
+	replayed       string // WithReplayedHeader
 	fpHeaders      []string
 	canonicalJSON  bool
 	scope          ScopeFunc
@@ -105,6 +106,7 @@ func defaultConfig() config {
 		maxResponse:   1 << 20,
 		policy:        DefaultOutcomePolicy,
 		replayHeaders: defaultReplayHeaders,
+		replayed:      ReplayedHeader,
 		scope:         requestScope,
 		defaultScope:  true,
 		waitPoll:      20 * time.Millisecond,
@@ -207,6 +209,19 @@ func WithCanonicalJSON(on bool) Option {
 // closed on tenancy. A nil f is an error from New.
 func WithScope(f ScopeFunc) Option {
 	return optionFunc(func(c *config) { c.scope, c.defaultScope = f, false })
+}
+
+// WithReplayedHeader names the header that marks a replayed response
+// (value "true"), for clients that expect another name than Stripe's:
+// the IETF draft's conformance suites and several peers send
+// Idempotency-Replayed, others X-Idempotent-Replay. Every adapter and the
+// published policy (Policy, OpenAPI) use it; it is never stored or
+// replayed from a handler's response.
+//
+// Default: ReplayedHeader ("Idempotent-Replayed"). A name that is not a
+// header token, or is the key header, is an error from New.
+func WithReplayedHeader(name string) Option {
+	return optionFunc(func(c *config) { c.replayed = name })
 }
 
 // WithSharedKeySpace puts every request that names no tenant (no scope
@@ -314,8 +329,13 @@ func (c *config) validate() error {
 	if c.scope == nil {
 		bad("scope function is nil")
 	}
+	if c.replayed == "" || !validHeaderName(c.replayed) {
+		bad("replayed header %q is not a header name", c.replayed)
+	} else if http.CanonicalHeaderKey(c.replayed) == http.CanonicalHeaderKey(c.header) {
+		bad("replayed header %s is the key header", c.replayed)
+	}
 	for _, h := range c.replayHeaders {
-		if neverReplayed[http.CanonicalHeaderKey(h)] {
+		if k := http.CanonicalHeaderKey(h); neverReplayed[k] || k == http.CanonicalHeaderKey(c.replayed) {
 			bad("header %s must never be replayed", h)
 		}
 	}

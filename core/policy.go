@@ -14,6 +14,9 @@ import (
 type Policy struct {
 	// Header is the request header that carries the key (canonical form).
 	Header string
+	// ReplayedHeader marks a replayed response, with the value "true"
+	// (canonical form; WithReplayedHeader).
+	ReplayedHeader string
 	// KeyRequired: a protected request without a key is refused (400);
 	// otherwise it passes through unprotected.
 	KeyRequired bool
@@ -69,6 +72,7 @@ func (e *Engine) Policy() Policy {
 	}
 	return Policy{
 		Header:             e.cfg.header,
+		ReplayedHeader:     e.cfg.replayed,
 		KeyRequired:        e.cfg.required,
 		Methods:            methods,
 		MaxKeyBytes:        MaxKeyBytes,
@@ -143,4 +147,13 @@ func (p Policy) publishedProblems() []problemSpec {
 		out = append(out, problemSpec{info.Name, info.Status, when})
 	}
 	return out
+}
+
+// replayedHeader is ReplayedHeader, or its default for a Policy built by
+// hand.
+func (p Policy) replayedHeader() string {
+	if p.ReplayedHeader == "" {
+		return ReplayedHeader
+	}
+	return p.ReplayedHeader
 }

@@ -15,8 +15,10 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	scope   ScopeFunc
-	methods map[string]bool
+	scope ScopeFunc
+	// replayed: the engine's replayed header, as metadata (lower case).
+	replayed string
+	methods  map[string]bool
 }
 
 // WithScope sets the function naming the tenant whose key space a call's

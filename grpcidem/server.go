@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,7 +20,8 @@ const (
 	// KeyHeader carries the idempotency key of a call.
 	KeyHeader = "idempotency-key"
 	// ReplayedHeader, "true" in the response header metadata, marks a
-	// replayed response.
+	// replayed response: the engine's core.WithReplayedHeader, lower case;
+	// this is its default.
 	ReplayedHeader = "idempotent-replayed"
 	// RetryAfterTrailer, in the trailer metadata of an Aborted in-flight
 	// answer, is the number of seconds after which a retry may find the
@@ -55,6 +57,7 @@ func UnaryServerInterceptor(e *core.Engine, opts ...Option) (grpc.UnaryServerInt
 	if err := e.CheckScope("grpcidem.WithScope", cfg.scope != nil); err != nil {
 		return nil, err
 	}
+	cfg.replayed = strings.ToLower(e.Policy().ReplayedHeader)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !cfg.methods[info.FullMethod] {
 			return handler(ctx, req)
@@ -113,6 +116,6 @@ func serve(ctx context.Context, e *core.Engine, cfg *config, req any, method str
 	}
 	// A header that cannot be set (already sent by an outer interceptor)
 	// does not make the stored response any less the answer.
-	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedHeader, "true"))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(cfg.replayed, "true"))
 	return &replayed{b: res.Value}, nil
 }
