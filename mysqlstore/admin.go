@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // The operator's statements (storekit.Admin, used by cmd/idemctl). They are off
@@ -36,7 +36,7 @@ func (s *Store) Inspect(ctx context.Context, scope, key string) (storekit.AdminR
 		return ar, wrap(ctx, "inspect", err)
 	}
 	r.Scope, r.Key = scope, key
-	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), sqlstore.NullTime(completed)
+	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), sqlkit.NullTime(completed)
 	return ar, nil
 }
 
@@ -58,7 +58,7 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]storekit.AdminRecord, e
 	}
 	defer rows.Close()
 	var claimed bool // the FALSE in claimed's place
-	out, err := sqlstore.ScanStuck(rows, &claimed)
+	out, err := sqlkit.ScanStuck(rows, &claimed)
 	if err != nil {
 		return nil, wrap(ctx, "stuck", err)
 	}
@@ -126,7 +126,7 @@ func (s *Store) Stats(ctx context.Context) (storekit.Stats, error) {
 			&c.Expired, &c.Stuck, &oldest); err != nil {
 			return storekit.Stats{}, wrap(ctx, "stats", err)
 		}
-		c.Status, c.Oldest = storekit.Status(status), sqlstore.NullTime(oldest)
+		c.Status, c.Oldest = storekit.Status(status), sqlkit.NullTime(oldest)
 		st.ByStatus = append(st.ByStatus, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/headerblob"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -67,7 +67,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			" VALUES (?, ?, ?, 'processing', UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)")
 		updSt := prep("UPDATE simple_records SET status = 'completed', resp_status = ?, resp_header = ?, resp_body = ?" +
 			" WHERE scope = ? AND `key` = ? AND token = ? AND status = 'processing'")
-		header := headerblob.Append(nil, resp.Header)
+		header := sqlkit.AppendHeader(nil, resp.Header)
 
 		store := func(ctx context.Context, key string) error {
 			req := claimReq(key, 30*time.Second)

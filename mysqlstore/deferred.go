@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Defer queues a write of the current idem execution to run when idem
@@ -51,11 +51,11 @@ import (
 // converted when the statement is sent, not when it is queued: do not
 // modify a slice or map passed as an argument after queueing it.
 func Defer(ctx context.Context, query string, args ...any) error {
-	lease, _, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "mysqlstore: defer")
+	lease, _, err := sqlkit.Granted[*Store](ctx, ErrNoLease, "mysqlstore: defer")
 	if err != nil {
 		return err
 	}
-	return sqlstore.StateOf(lease).Defer(ErrLeaseFinished, query, args)
+	return sqlkit.StateOf(lease).Defer(ErrLeaseFinished, query, args)
 }
 
 // deferredError is a deferred statement that failed; refused says the
@@ -71,7 +71,7 @@ func (e *deferredError) Unwrap() error { return e.err }
 
 // runDeferred sends the deferred statements on tx, in order, and stops at
 // the first that fails.
-func runDeferred(ctx context.Context, tx *sql.Tx, deferred []sqlstore.Stmt) error {
+func runDeferred(ctx context.Context, tx *sql.Tx, deferred []sqlkit.DeferredStmt) error {
 	for _, d := range deferred {
 		if _, err := tx.ExecContext(ctx, d.Query, d.Args...); err != nil {
 			return &deferredError{err: err, refused: serverRefused(err)}
@@ -90,7 +90,7 @@ func serverRefused(err error) bool {
 
 // completeDeferred runs the fenced complete and then the deferred
 // statements in one transaction on the store's pool (deferredTx).
-func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	lost, err := s.deferredTx(ctx, deferred, args)
 	switch {
 	case lost:
@@ -108,7 +108,7 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 // as not retained, as Fail does for such a handler. If the outcome is
 // unknown, the commit mark stays: the claim that takes the lapsed lease
 // over finds it and does the same.
-func (s *Store) completeDeferredAfterHandlerCommitted(ctx context.Context, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+func (s *Store) completeDeferredAfterHandlerCommitted(ctx context.Context, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	lost, err := s.deferredTx(ctx, deferred, args)
 	switch {
 	case lost:
@@ -136,7 +136,7 @@ func (s *Store) completeDeferredAfterHandlerCommitted(ctx context.Context, f sto
 // the fence matched nothing (nothing sent after it). A deadlock or
 // certification conflict runs the whole transaction again (nothing of it
 // committed, and every statement in it is the store's to send).
-func (s *Store) deferredTx(ctx context.Context, deferred []sqlstore.Stmt, args []any) (lost bool, err error) {
+func (s *Store) deferredTx(ctx context.Context, deferred []sqlkit.DeferredStmt, args []any) (lost bool, err error) {
 	complete, err := s.stmt(ctx, s.sql.complete)
 	if err != nil {
 		return false, err

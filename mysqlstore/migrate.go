@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemkit/idem/internal/sqlmigrate"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 //go:embed migrations/*.sql
@@ -50,13 +50,13 @@ func loadMigrations(c config) ([]migration, error) {
 		"ExpiresIdx":  n.expiresIdx,
 		"TxMarks":     n.txMarks,
 	}
-	files, err := sqlmigrate.Load(migrationFS, data, "migrations")
+	files, err := sqlkit.LoadMigrations(migrationFS, data, "migrations")
 	if err != nil {
 		return nil, err
 	}
 	out := make([]migration, len(files))
 	for i, f := range files {
-		out[i] = migration{version: f.Version, name: f.Name, stmts: sqlmigrate.Statements(f.SQL)}
+		out[i] = migration{version: f.Version, name: f.Name, stmts: sqlkit.Statements(f.SQL)}
 	}
 	return out, nil
 }

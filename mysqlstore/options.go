@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -37,7 +37,7 @@ const (
 )
 
 type config struct {
-	sqlstore.Config // table, margin, Tx's pool and options, clock offset
+	sqlkit.Config // table, margin, Tx's pool and options, clock offset
 
 	causal  bool
 	retries int
@@ -48,7 +48,7 @@ type config struct {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		Config:  sqlstore.NewConfig(DefaultRetentionMargin),
+		Config:  sqlkit.NewConfig(DefaultRetentionMargin),
 		causal:  true,
 		retries: DefaultClaimRetries,
 	}

@@ -13,8 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/claimrule"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // raceRetries bounds how often Claim calls the procedure again when the
@@ -31,11 +30,11 @@ type Store struct {
 	cfg   config
 	names names
 	sql   statements
-	stmts *sqlstore.Stmts
+	stmts *sqlkit.StmtCache
 	// txStmts are the statements run in Tx's transactions: stmts, or with
 	// WithTxPool its own cache on that pool (database/sql runs a statement
 	// in a transaction only if it was prepared on the transaction's pool).
-	txStmts *sqlstore.Stmts
+	txStmts *sqlkit.StmtCache
 
 	// schemaVersion is the highest migration this binary ships; schemaOK is
 	// set once the database has it (checkSchema), galera once the server
@@ -72,12 +71,12 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		cfg:   cfg,
 		names: cfg.names(),
 		sql:   buildStatements(cfg),
-		stmts: sqlstore.NewStmts(db),
+		stmts: sqlkit.NewStmtCache(db),
 	}
 	s.txStmts = s.stmts
 	if cfg.TxDB != nil && cfg.TxDB != db {
 		s.txDB = cfg.TxDB
-		s.txStmts = sqlstore.NewStmts(cfg.TxDB)
+		s.txStmts = sqlkit.NewStmtCache(cfg.TxDB)
 	}
 	migs, err := loadMigrations(cfg)
 	if err != nil {
@@ -212,7 +211,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err := ctx.Err(); err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
-	if err := sqlstore.ValidClaim(&req); err != nil {
+	if err := sqlkit.ValidClaim(&req); err != nil {
 		return storekit.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	if !s.schemaOK.Load() {
@@ -234,7 +233,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		if err != nil {
 			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
-		if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
+		if found && !sqlkit.Claimable(&res.Record, res.Now, &req) {
 			return res, nil
 		}
 	}
@@ -251,7 +250,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		if err != nil {
 			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
-		if found && (res.Claimed || !claimrule.Claimable(&res.Record, res.Now, &req)) {
+		if found && (res.Claimed || !sqlkit.Claimable(&res.Record, res.Now, &req)) {
 			return res, nil
 		}
 		if race >= raceRetries {
@@ -322,11 +321,11 @@ func (s *Store) read(ctx context.Context, req *storekit.ClaimRequest) (storekit.
 	return res, true, nil
 }
 
-// scanRecord scans the record columns (sqlstore.ScanRecord), then claimed
+// scanRecord scans the record columns (sqlkit.ScanRecord), then claimed
 // and now (µs), as the claim procedure and Get answer them, then extra
 // destinations. Scope and key are the caller's.
-func scanRecord(row sqlstore.Scanner, claimed *bool, now *int64, extra ...any) (storekit.Record, error) {
-	return sqlstore.ScanRecord(row, append([]any{claimed, now}, extra...)...)
+func scanRecord(row sqlkit.Scanner, claimed *bool, now *int64, extra ...any) (storekit.Record, error) {
+	return sqlkit.ScanRecord(row, append([]any{claimed, now}, extra...)...)
 }
 
 // fenced runs a fenced UPDATE (retried after a deadlock or certification
@@ -368,7 +367,7 @@ func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Dur
 }
 
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
-	header, body := sqlstore.ResponseBlobs(resp)
+	header, body := sqlkit.ResponseBlobs(resp)
 	return []any{int32(resp.Status), header, body, resp.NotRetained, f.Scope, f.Key, f.Token}
 }
 
@@ -435,7 +434,7 @@ func (s *Store) Fail(ctx context.Context, f storekit.Fence) error {
 			return nil // the record ended, as not retained
 		}
 	}
-	if sqlstore.Abandon(tx, marked) {
+	if sqlkit.Abandon(tx, marked) {
 		if done, err := s.failCommitted(ctx, f); done {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 var (
@@ -108,13 +108,13 @@ const rollbackTimeout = 5 * time.Second
 // handler runs on it still honours its own context). It holds a pool
 // connection until then; see "Pool sizing" in the README (and WithTxPool).
 func Tx(ctx context.Context) (*sql.Tx, error) {
-	lease, s, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "mysqlstore: tx")
+	lease, s, err := sqlkit.Granted[*Store](ctx, ErrNoLease, "mysqlstore: tx")
 	if err != nil {
 		return nil, err
 	}
-	// The lease's state (sqlstore.State) is attached once and stays as a
+	// The lease's state (sqlkit.LeaseState) is attached once and stays as a
 	// tombstone after Complete or Fail: a late call gets ErrLeaseFinished.
-	return sqlstore.StateOf(lease).Tx(ErrLeaseFinished, func() (*sql.Tx, bool, error) {
+	return sqlkit.StateOf(lease).Tx(ErrLeaseFinished, func() (*sql.Tx, bool, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, false, wrap(ctx, "tx: begin", err)
 		}
@@ -192,8 +192,8 @@ func (s *Store) dropMark(ctx context.Context, token int64) {
 // the statements queued by Defer. It returns nil, false, nil when ctx
 // carries no lease of this store for f. Either way, from now on Tx and Defer
 // refuse.
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []sqlstore.Stmt) {
-	st := sqlstore.Owned(ctx, f, s)
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []sqlkit.DeferredStmt) {
+	st := sqlkit.Owned(ctx, f, s)
 	if st == nil {
 		return nil, false, nil
 	}
@@ -206,7 +206,7 @@ func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []
 // committed is for the mark to say.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
 	tx, marked, _ := s.takeTx(ctx, f)
-	return sqlstore.Abandon(tx, marked)
+	return sqlkit.Abandon(tx, marked)
 }
 
 // completeInTx runs the fenced complete inside the handler's transaction,
@@ -235,7 +235,7 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // LOCK TABLES), the mark landed with the writes, the response is recorded,
 // and whatever fails after, the key is never released (the fail statement
 // refuses a record whose mark landed).
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	if !marked { // a read-only transaction
 		// The server refuses the fenced update inside a read-only
 		// transaction (1792), and there is nothing to commit with it:
@@ -319,7 +319,7 @@ func (s *Store) endAfterServerRollback(ctx context.Context, op string, f storeki
 // lease transaction itself (see Tx): recorded only if the commit mark says
 // the writes committed (with the deferred statements, in a transaction of
 // their own); otherwise released, and ErrTxRolledBack.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {

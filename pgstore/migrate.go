@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/internal/sqlmigrate"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 //go:embed migrations
@@ -55,7 +55,7 @@ func loadMigrations(c config) ([]migration, error) {
 		"Steps":          stepsTable(c),       // 0005
 		"ClaimReadInto":  claimReadIntoSQL(c), // 0006
 	}
-	files, err := sqlmigrate.Load(migrationFS, data, path.Join("migrations", c.mode()), path.Join("migrations", "both"))
+	files, err := sqlkit.LoadMigrations(migrationFS, data, path.Join("migrations", c.mode()), path.Join("migrations", "both"))
 	if err != nil {
 		return nil, err
 	}

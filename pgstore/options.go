@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/internal/sqlident"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -78,10 +78,10 @@ func newConfig(opts []Option) (config, error) {
 		}
 	}
 	errs := c.errs
-	if err := sqlident.Valid("schema", c.schema, maxSchemaLen); err != nil {
+	if err := sqlkit.ValidIdent("schema", c.schema, maxSchemaLen); err != nil {
 		errs = append(errs, err)
 	}
-	if err := sqlident.Valid("table", c.table, maxTableLen); err != nil {
+	if err := sqlkit.ValidIdent("table", c.table, maxTableLen); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

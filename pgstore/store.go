@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/claimrule"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Store is a core.Store backed by PostgreSQL. It is safe for concurrent use
@@ -204,7 +204,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		// the record alone: tokens never go backwards. The record is then
 		// claimable, and answering it unclaimed would turn away (409) a
 		// retry that should run: claim again, with a new token.
-		if cr.claimed || race >= claimRaces || !claimrule.Claimable(&cr.rec, cr.now, &req) {
+		if cr.claimed || race >= claimRaces || !sqlkit.Claimable(&cr.rec, cr.now, &req) {
 			break
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // The operator's statements (storekit.Admin, used by cmd/idemctl). Stuck and
@@ -35,7 +35,7 @@ func (s *Store) Inspect(ctx context.Context, scope, key string) (storekit.AdminR
 		return ar, wrap(ctx, "inspect", err)
 	}
 	r.Scope, r.Key = scope, key
-	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), sqlstore.NullTime(completed)
+	ar.Record, ar.Now, ar.CompletedAt = r, fromMicros(now), sqlkit.NullTime(completed)
 	return ar, nil
 }
 
@@ -55,7 +55,7 @@ func (s *Store) Stuck(ctx context.Context, limit int) ([]storekit.AdminRecord, e
 		return nil, wrap(ctx, "stuck", err)
 	}
 	defer rows.Close()
-	out, err := sqlstore.ScanStuck(rows)
+	out, err := sqlkit.ScanStuck(rows)
 	if err != nil {
 		return nil, wrap(ctx, "stuck", err)
 	}
@@ -118,7 +118,7 @@ func (s *Store) Stats(ctx context.Context) (storekit.Stats, error) {
 		if !status.Valid {
 			continue // the empty table's one row: only the clock
 		}
-		c.Status, c.Oldest = storekit.Status(status.String), sqlstore.NullTime(oldest)
+		c.Status, c.Oldest = storekit.Status(status.String), sqlkit.NullTime(oldest)
 		c.Count, c.UnderMinute, c.UnderHour, c.UnderDay = counts[0].Int64, counts[1].Int64, counts[2].Int64, counts[3].Int64
 		c.Older, c.Expired, c.Stuck = counts[4].Int64, counts[5].Int64, counts[6].Int64
 		st.ByStatus = append(st.ByStatus, c)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 	"github.com/idemkit/idem/core/storetest"
-	"github.com/idemkit/idem/internal/headerblob"
 )
 
 var benchRun atomic.Int64
@@ -65,7 +65,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			" VALUES (?, ?, (SELECT last + 1 FROM " + s.names.tokens + "), 'processing', " + now + " + ?, " + now + " + ?) RETURNING token")
 		updSt := prep("UPDATE simple_records SET status = 'completed', resp_status = ?, resp_header = ?, resp_body = ?" +
 			" WHERE scope = ? AND key = ? AND token = ? AND status = 'processing'")
-		header := headerblob.Append(nil, resp.Header)
+		header := sqlkit.AppendHeader(nil, resp.Header)
 
 		store := func(ctx context.Context, key string) error {
 			req := claimReq(key, 30*time.Second)

@@ -7,8 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/claimrule"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Claim implements core.Store. A plain read first (WAL readers never wait
@@ -24,7 +23,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err := ctx.Err(); err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
-	if err := sqlstore.ValidClaim(&req); err != nil {
+	if err := sqlkit.ValidClaim(&req); err != nil {
 		return storekit.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	if !s.schemaOK.Load() {
@@ -40,7 +39,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
-	if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
+	if found && !sqlkit.Claimable(&res.Record, res.Now, &req) {
 		return res, nil
 	}
 	// Concurrent duplicates of a new key all miss the first read. One of
@@ -61,7 +60,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		if res, found, err = readClaim(ctx, st, &req); err != nil {
 			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
-		if found && !claimrule.Claimable(&res.Record, res.Now, &req) {
+		if found && !sqlkit.Claimable(&res.Record, res.Now, &req) {
 			return res, nil
 		}
 	}
@@ -127,7 +126,7 @@ func (s *Store) claimWrite(ctx context.Context, req *storekit.ClaimRequest) (res
 		return res, false, err
 	}
 	res.Now = fromMicros(now)
-	if found && !claimrule.Claimable(&cur.Record, res.Now, req) {
+	if found && !sqlkit.Claimable(&cur.Record, res.Now, req) {
 		res.Record = cur.Record
 		return res, false, nil // rolled back: nothing to keep
 	}

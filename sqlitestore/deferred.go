@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Defer queues a write of the current idem execution to run when idem
@@ -45,17 +45,17 @@ import (
 // not modify a slice or map passed as an argument after queueing it. A
 // deferred statement must not end the transaction (COMMIT, ROLLBACK, END).
 func Defer(ctx context.Context, query string, args ...any) error {
-	lease, _, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "sqlitestore: defer")
+	lease, _, err := sqlkit.Granted[*Store](ctx, ErrNoLease, "sqlitestore: defer")
 	if err != nil {
 		return err
 	}
-	return sqlstore.StateOf(lease).Defer(ErrLeaseFinished, query, args)
+	return sqlkit.StateOf(lease).Defer(ErrLeaseFinished, query, args)
 }
 
 // execDeferred runs the deferred statements on tx, in order, and stops at
 // the first that fails. Not interruptible (sctx): an interrupted write
 // would make SQLite end the transaction behind database/sql's back.
-func execDeferred(sctx context.Context, tx *sql.Tx, deferred []sqlstore.Stmt) error {
+func execDeferred(sctx context.Context, tx *sql.Tx, deferred []sqlkit.DeferredStmt) error {
 	for i, d := range deferred {
 		if _, err := tx.ExecContext(sctx, d.Query, d.Args...); err != nil {
 			return fmt.Errorf("deferred statement %d of %d: %w", i+1, len(deferred), err)
@@ -92,7 +92,7 @@ func deferredFailed(ctx context.Context, err error) error {
 // as not retained instead of released, as Fail does then (see Tx): a retry
 // must not run them again. Its commit mark is deleted once the record is
 // completed (or was moved on by another owner), and kept otherwise.
-func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []sqlstore.Stmt, args []any, handlerCommitted bool) error {
+func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any, handlerCommitted bool) error {
 	const (
 		stepComplete = iota // BEGIN and the fenced complete
 		stepDeferred

@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // fenced runs a fenced UPDATE on the store's pool (autocommit: the
@@ -60,7 +60,7 @@ func (s *Store) Heartbeat(ctx context.Context, f storekit.Fence, extend time.Dur
 }
 
 func completeArgs(f storekit.Fence, resp storekit.StoredResponse) []any {
-	header, body := sqlstore.ResponseBlobs(resp)
+	header, body := sqlkit.ResponseBlobs(resp)
 	return []any{int32(resp.Status), header, body, resp.NotRetained, b(f.Scope), b(f.Key), f.Token}
 }
 

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemkit/idem/internal/sqlmigrate"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 //go:embed migrations/*.sql
@@ -28,13 +28,13 @@ func loadMigrations(c config) ([]migration, error) {
 		"Table": n.table, "Tokens": n.tokens, "Steps": n.steps, "TxMarks": n.txMarks,
 		"ExpiresIdx": n.expiresIdx, "TrgComplete": n.trgComplete, "TrgDelete": n.trgDelete,
 	}
-	files, err := sqlmigrate.Load(migrationFS, data, "migrations")
+	files, err := sqlkit.LoadMigrations(migrationFS, data, "migrations")
 	if err != nil {
 		return nil, err
 	}
 	out := make([]migration, len(files))
 	for i, f := range files {
-		out[i] = migration{version: f.Version, name: f.Name, stmts: sqlmigrate.Statements(f.SQL)}
+		out[i] = migration{version: f.Version, name: f.Name, stmts: sqlkit.Statements(f.SQL)}
 	}
 	return out, nil
 }

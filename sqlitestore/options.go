@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -34,13 +34,13 @@ const (
 )
 
 type config struct {
-	sqlstore.Config // table, margin, Tx's pool and options, clock offset
+	sqlkit.Config // table, margin, Tx's pool and options, clock offset
 
 	poll time.Duration
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{Config: sqlstore.NewConfig(DefaultRetentionMargin), poll: DefaultPollInterval}
+	c := config{Config: sqlkit.NewConfig(DefaultRetentionMargin), poll: DefaultPollInterval}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 // Store is a core.Store backed by one SQLite database file. It is safe for
@@ -25,7 +25,7 @@ type Store struct {
 	cfg   config
 	names names
 	sql   statements
-	stmts *sqlstore.Stmts
+	stmts *sqlkit.StmtCache
 
 	schemaVersion int
 	schemaOK      atomic.Bool
@@ -33,7 +33,7 @@ type Store struct {
 	// txs holds the open lease transactions (Tx) by fence, so that their
 	// heartbeats run inside them (see Heartbeat).
 	txMu sync.Mutex
-	txs  map[storekit.Fence]*sqlstore.State
+	txs  map[storekit.Fence]*sqlkit.LeaseState
 
 	watch watchers
 	// wr serialises the store's own writes in this process (writer.go).
@@ -60,7 +60,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		db: db, txDB: db, cfg: cfg, names: cfg.names(), sql: buildStatements(cfg),
-		stmts: sqlstore.NewStmts(db), txs: map[storekit.Fence]*sqlstore.State{}, wr: newWriter(),
+		stmts: sqlkit.NewStmtCache(db), txs: map[storekit.Fence]*sqlkit.LeaseState{}, wr: newWriter(),
 		claims: map[watchKey]chan struct{}{},
 	}
 	s.watch.init(s)
@@ -152,8 +152,8 @@ func b(v string) []byte {
 	return []byte(v)
 }
 
-// scanRecord scans the record columns (sqlstore.ScanRecord), then now
+// scanRecord scans the record columns (sqlkit.ScanRecord), then now
 // (µs), then extra destinations. Scope and key are the caller's.
-func scanRecord(row sqlstore.Scanner, now *int64, extra ...any) (storekit.Record, error) {
-	return sqlstore.ScanRecord(row, append([]any{now}, extra...)...)
+func scanRecord(row sqlkit.Scanner, now *int64, extra ...any) (storekit.Record, error) {
+	return sqlkit.ScanRecord(row, append([]any{now}, extra...)...)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/internal/sqlstore"
+	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
 var (
@@ -68,13 +68,13 @@ const rollbackTimeout = 5 * time.Second
 // retained; a takeover of a lapsed lease that finds the mark does the same
 // instead of running the handler again.
 func Tx(ctx context.Context) (*sql.Tx, error) {
-	lease, s, err := sqlstore.Granted[*Store](ctx, ErrNoLease, "sqlitestore: tx")
+	lease, s, err := sqlkit.Granted[*Store](ctx, ErrNoLease, "sqlitestore: tx")
 	if err != nil {
 		return nil, err
 	}
-	// The lease's state (sqlstore.State) is attached once and stays as a
+	// The lease's state (sqlkit.LeaseState) is attached once and stays as a
 	// tombstone after Complete or Fail: a late call gets ErrLeaseFinished.
-	st := sqlstore.StateOf(lease)
+	st := sqlkit.StateOf(lease)
 	return st.Tx(ErrLeaseFinished, func() (*sql.Tx, bool, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, false, wrap(ctx, "tx: begin", err)
@@ -121,7 +121,7 @@ func (s *Store) beginLeaseTx(ctx context.Context, token int64) (*sql.Tx, bool, e
 }
 
 // openTx reports whether f's lease has a transaction open in this store.
-func (s *Store) openTx(f storekit.Fence) *sqlstore.State {
+func (s *Store) openTx(f storekit.Fence) *sqlkit.LeaseState {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	return s.txs[f]
@@ -159,12 +159,12 @@ func (s *Store) heartbeatInTx(ctx context.Context, f storekit.Fence, args []any)
 // the store's table of open transactions (a Complete on a context without
 // the lease must still end the transaction: it holds the write lock the
 // plain UPDATE would wait for). From now on Tx and Defer refuse.
-func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []sqlstore.Stmt) {
+func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []sqlkit.DeferredStmt) {
 	s.txMu.Lock()
 	st := s.txs[f]
 	delete(s.txs, f)
 	s.txMu.Unlock()
-	if own := sqlstore.Owned(ctx, f, s); own != nil {
+	if own := sqlkit.Owned(ctx, f, s); own != nil {
 		st = own
 	}
 	if st == nil {
@@ -178,7 +178,7 @@ func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []
 // transaction itself.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
 	tx, marked, _ := s.takeTx(ctx, f)
-	return sqlstore.Abandon(tx, marked)
+	return sqlkit.Abandon(tx, marked)
 }
 
 // completeInTx deletes the commit mark, runs the fenced complete and then
@@ -197,7 +197,7 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // the response is refused (ErrTxRolledBack) before anything else runs.
 // The store's own statements here run without ctx's cancellation, so that
 // an interrupt cannot split them.
-func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	sctx := context.WithoutCancel(ctx)
 	var err error
 	if marked {
@@ -247,7 +247,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 // statements then run with the fenced complete in a transaction of their
 // own; if they fail, the handler's writes stand and the record is completed
 // as not retained.
-func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []sqlstore.Stmt, args []any) error {
+func (s *Store) completeAfterHandlerEnded(ctx context.Context, marked bool, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	if marked {
 		committed, err := s.markCommitted(ctx, f.Token)
 		if err != nil {

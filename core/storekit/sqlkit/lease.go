@@ -14,8 +14,8 @@ import (
 // DeferredStmt is one statement a handler queued with the store's Defer
 // (LeaseState.Defer), to run with the fenced complete.
 type DeferredStmt struct {
-	Query string
-	Args  []any
+	Query string // the SQL text, in the driver's placeholder syntax
+	Args  []any  // its arguments, as the handler passed them
 }
 
 // LeaseState is the Tx/Defer state of one lease: the transaction the

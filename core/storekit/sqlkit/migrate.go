@@ -14,9 +14,9 @@ import (
 // MigrationFile is one versioned migration file, its SQL rendered for a
 // configuration (LoadMigrations).
 type MigrationFile struct {
-	Version int
-	Name    string
-	SQL     string
+	Version int    // from the file name
+	Name    string // the file name, without its directory
+	SQL     string // the rendered text
 }
 
 // LoadMigrations reads a store's embedded migrations (pgstore, mysqlstore
