@@ -120,9 +120,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBadInputKeyHeader$$' -fuzztime $(FUZZTIME) ./core
 	$(GO) test -run '^$$' -fuzz '^FuzzBadInputCanonicalJSON$$' -fuzztime $(FUZZTIME) ./core
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHeaderJSON$$' -fuzztime $(FUZZTIME) ./pgstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeClaimRow$$' -fuzztime $(FUZZTIME) ./pgstore
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./internal/headerblob
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./core/storekit/sqlkit
 
 ## chaos: full-size chaos tests (10k requests; two payments instances on one PostgreSQL schema,
 ## then on one MariaDB database, one waiting for in-flight duplicates (-wait 1s), SIGKILLs,
