@@ -151,10 +151,10 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 	if req.Name == "" || adapterkit.CanonicalRoute(req.Name) != req.Name {
 		return CallResult{}, fmt.Errorf("idem: call: invalid name %q: not empty, and its own adapterkit.CanonicalRoute", req.Name)
 	}
-	if _, nested := LeaseFromContext(ctx); nested {
+	if _, nested := leaseFrom(ctx); nested {
 		// Decide lets a request inside an owned one through unclaimed;
 		// a call is claimed on its own key, so hide the outer lease.
-		ctx = context.WithValue(ctx, leaseCtxKey{}, (*Lease)(nil))
+		ctx = context.WithValue(ctx, storekit.LeaseContextKey, nil)
 	}
 	input := req.Input
 	if input == nil {

@@ -73,7 +73,7 @@ func (e *Engine) claimFailed(ctx context.Context, d *Decision, err error, took t
 // record's token, renewed by a heartbeat from sent on.
 func (e *Engine) own(ctx context.Context, d *Decision, rec *storekit.Record, fresh bool, sent time.Time, took time.Duration) {
 	d.Outcome = Proceed
-	d.own = &owner{lease: Lease{fence: storekit.Fence{Scope: d.Scope, Key: d.Key, Token: rec.Token}, store: e.store, fresh: fresh,
+	d.own = &owner{lease: grant{fence: storekit.Fence{Scope: d.Scope, Key: d.Key, Token: rec.Token}, store: e.store, fresh: fresh,
 		born: rec.CreatedAt, fp: rec.Fingerprint}}
 	d.lease = &d.own.lease
 	d.lease.lose = d.loseLease

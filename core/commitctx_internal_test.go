@@ -19,7 +19,7 @@ func TestCommitCtx(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, cancelParent := context.WithCancelCause(context.WithValue(context.Background(), ctxTestKey{}, "v"))
 		cancelParent(errors.New("client gone"))
-		l := &Lease{}
+		l := &grant{}
 		newCtx := func(d time.Duration) *commitCtx {
 			return &commitCtx{values: context.WithoutCancel(parent), lease: l, deadline: time.Now().Add(d)}
 		}
@@ -31,7 +31,7 @@ func TestCommitCtx(t *testing.T) {
 		if got := c.Value(ctxTestKey{}); got != "v" {
 			t.Errorf("Value = %v, want the parent's", got)
 		}
-		if got, _ := LeaseFromContext(c); got != l {
+		if got, _ := leaseFrom(c); got != l {
 			t.Error("lease not carried")
 		}
 		if context.Cause(c) != nil {

@@ -59,7 +59,7 @@ func (e *Engine) admit(ctx context.Context, req *Request, method, route string) 
 	if !e.cfg.methods[method] && !req.call {
 		return "", "", e.bypass(route)
 	}
-	if _, nested := LeaseFromContext(ctx); nested {
+	if _, nested := leaseFrom(ctx); nested {
 		// idem mounted twice (globally and on the route), or a handler
 		// serving an internal request on its own context: the execution is
 		// already owned; claiming again would only refuse ourselves.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/adapterkit"
-	"github.com/idemkit/idem/core/storekit"
 )
 
 // Decision is the result of Decide. For Proceed it holds the lease until
@@ -31,7 +30,7 @@ type Decision struct {
 	Scope string
 
 	eng   *Engine
-	lease *Lease // &own.lease for Proceed, else nil
+	lease *grant // &own.lease for Proceed, else nil
 	route string
 	own   *owner // Proceed only: replays and rejects stay one small allocation
 }
@@ -45,7 +44,7 @@ func (d *Decision) answer(o Outcome, problem string, resp *adapterkit.Response) 
 // the lease, the handler's context, the commit context and the heartbeat
 // live here rather than in one allocation each.
 type owner struct {
-	lease  Lease
+	lease  grant
 	lctx   leaseCtx  // the first Context's; later calls allocate their own
 	lctxOK bool      // lctx is in use
 	cctx   commitCtx // Commit's or Abort's (there is exactly one)
@@ -102,12 +101,4 @@ func (d *Decision) Context(parent context.Context) context.Context {
 		o.cancels = append(o.cancels, cancel)
 	}
 	return lc
-}
-
-// Fence returns the fence of a Proceed decision (zero otherwise).
-func (d *Decision) Fence() storekit.Fence {
-	if d == nil || d.lease == nil {
-		return storekit.Fence{}
-	}
-	return d.lease.fence
 }

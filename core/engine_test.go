@@ -652,7 +652,7 @@ type slowCompleteStore struct {
 func (s *slowCompleteStore) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
 	_, ok := ctx.Deadline()
 	s.sawDeadline.Store(ok)
-	if l, ok := core.LeaseFromContext(ctx); !ok || l.Fence() != f {
+	if l, ok := storekit.LeaseFromContext(ctx); !ok || l.Fence() != f {
 		return errors.New("commit context lacks the lease")
 	}
 	select {
@@ -674,10 +674,10 @@ func TestDecisionContext(t *testing.T) {
 	key, ok := core.KeyFromContext(ctx)
 	assert.True(t, ok)
 	assert.Equal(t, "ctx-key", key)
-	l, ok := core.LeaseFromContext(ctx)
+	l, ok := storekit.LeaseFromContext(ctx)
 	require.True(t, ok)
-	assert.Equal(t, d.Fence(), l.Fence())
-	assert.Positive(t, d.Fence().Token)
+	assert.Equal(t, storekit.Fence{Scope: d.Scope, Key: d.Key, Token: l.Fence().Token}, l.Fence())
+	assert.Positive(t, l.Fence().Token)
 	assert.NoError(t, ctx.Err())
 
 	require.NoError(t, eng.Commit(ctx, d, created("x")))

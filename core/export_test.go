@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // Internals the external tests (package core_test) check directly.
@@ -35,3 +36,12 @@ const KeyPattern = keyPattern
 var Fingerprint = fingerprint
 
 type FingerprintInput = fingerprintInput
+
+// Fence returns the fence of a Proceed decision (zero otherwise): stores
+// find it in the handler's context (storekit.LeaseFromContext).
+func (d *Decision) Fence() storekit.Fence {
+	if d == nil || d.lease == nil {
+		return storekit.Fence{}
+	}
+	return d.lease.fence
+}

@@ -11,10 +11,11 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// Lease is the ownership of one execution, carried by the handler's context
-// (see Decision.Context). Stores use it to attach per-execution resources,
-// such as pgstore's business transaction, that Commit or Abort later finish.
-type Lease struct {
+// grant is the engine's storekit.Lease: the ownership of one execution,
+// carried by the handler's context (see Decision.Context). Stores use it to
+// attach per-execution resources, such as pgstore's business transaction,
+// that Commit or Abort later finish.
+type grant struct {
 	fence storekit.Fence
 	store Store
 	// fresh: the claim created the record, so it has no steps (step.go).
@@ -33,13 +34,13 @@ type Lease struct {
 }
 
 // Fence returns the (scope, key, token) this lease owns.
-func (l *Lease) Fence() storekit.Fence { return l.fence }
+func (l *grant) Fence() storekit.Fence { return l.fence }
 
 // Store returns the store that granted the lease.
-func (l *Lease) Store() Store { return l.store }
+func (l *grant) Store() Store { return l.store }
 
 // Value returns the value attached under k, if any.
-func (l *Lease) Value(k any) (any, bool) {
+func (l *grant) Value(k any) (any, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	v, ok := l.vals[k]
@@ -49,7 +50,7 @@ func (l *Lease) Value(k any) (any, bool) {
 // Attach returns the value attached under k, creating it with create when
 // absent. create runs under the lease's lock, at most once per successful
 // attachment; an error is returned and nothing is attached.
-func (l *Lease) Attach(k any, create func() (any, error)) (any, error) {
+func (l *grant) Attach(k any, create func() (any, error)) (any, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if v, ok := l.vals[k]; ok {
@@ -67,7 +68,7 @@ func (l *Lease) Attach(k any, create func() (any, error)) (any, error) {
 }
 
 // Detach removes and returns the value attached under k.
-func (l *Lease) Detach(k any) (any, bool) {
+func (l *grant) Detach(k any) (any, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	v, ok := l.vals[k]
@@ -75,31 +76,26 @@ func (l *Lease) Detach(k any) (any, bool) {
 	return v, ok
 }
 
-type leaseCtxKey struct{}
-
-// LeaseFromContext returns the lease carried by ctx, if the context belongs
-// to a handler that idem let proceed.
-func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+// leaseFrom returns the engine's lease carried by ctx, if the context
+// belongs to a handler that idem let proceed.
+func leaseFrom(ctx context.Context) (*grant, bool) {
 	if lc, ok := ctx.(*leaseCtx); ok { // the handler's own context: no walk up the chain
 		return lc.lease, lc.lease != nil
 	}
-	l, ok := ctx.Value(leaseCtxKey{}).(*Lease)
+	l, ok := ctx.Value(storekit.LeaseContextKey).(*grant)
 	return l, ok && l != nil
 }
 
 // Store tests build leases through core/storetest (NewLease,
 // ContextWithLease); the engine builds its own.
 func init() {
-	leasehook.New = func(s storekit.Store, f storekit.Fence) any { return &Lease{fence: f, store: s} }
-	leasehook.WithLease = func(ctx context.Context, l any) context.Context {
-		return contextWithLease(ctx, l.(*Lease))
-	}
+	leasehook.New = func(s storekit.Store, f storekit.Fence) storekit.Lease { return &grant{fence: f, store: s} }
 }
 
 // KeyFromContext returns the idempotency key of the request the handler is
 // serving, as the client sent it (decoded), and whether there is one.
 func KeyFromContext(ctx context.Context) (string, bool) {
-	l, ok := LeaseFromContext(ctx)
+	l, ok := leaseFrom(ctx)
 	if !ok {
 		return "", false
 	}
@@ -121,7 +117,7 @@ func KeyFromContext(ctx context.Context) (string, bool) {
 // execution makes the claim durable (one round trip); if that fails, ctx is
 // cancelled with the cause, so a provider call made with it fails too.
 func RelayKey(ctx context.Context, label string) string {
-	l, ok := LeaseFromContext(ctx)
+	l, ok := leaseFrom(ctx)
 	if !ok {
 		return ""
 	}
@@ -132,7 +128,7 @@ func RelayKey(ctx context.Context, label string) string {
 // syncClaim makes the lease's claim durable (ClaimSyncer). When it cannot,
 // the handler's context is cancelled with the cause, so a provider call
 // made with it fails instead of charging under a key a crash could orphan.
-func (l *Lease) syncClaim(ctx context.Context) {
+func (l *grant) syncClaim(ctx context.Context) {
 	s, ok := storekit.As[storekit.ClaimSyncer](l.store)
 	if !ok {
 		return
@@ -172,11 +168,11 @@ func relayKeyV2(scope, key string, born time.Time, fp, label string) string {
 // value context under the cancelCtx.
 type leaseCtx struct {
 	context.Context
-	lease *Lease
+	lease *grant
 }
 
 func (c *leaseCtx) Value(k any) any {
-	if _, ok := k.(leaseCtxKey); ok {
+	if k == storekit.LeaseContextKey {
 		return c.lease
 	}
 	return c.Context.Value(k)
@@ -191,7 +187,7 @@ func (c *leaseCtx) Value(k any) any {
 // there is one per decision.
 type commitCtx struct {
 	values   context.Context // context.WithoutCancel(request ctx): values only
-	lease    *Lease
+	lease    *grant
 	deadline time.Time
 
 	mu     sync.Mutex
@@ -211,7 +207,7 @@ var _ interface {
 func (c *commitCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 func (c *commitCtx) Value(k any) any {
-	if _, ok := k.(leaseCtxKey); ok {
+	if k == storekit.LeaseContextKey {
 		return c.lease
 	}
 	return c.values.Value(k)
@@ -305,6 +301,6 @@ func (c *commitCtx) cancelLocked(err error) {
 }
 
 // contextWithLease returns ctx carrying l.
-func contextWithLease(ctx context.Context, l *Lease) context.Context {
-	return context.WithValue(ctx, leaseCtxKey{}, l)
+func contextWithLease(ctx context.Context, l *grant) context.Context {
+	return context.WithValue(ctx, storekit.LeaseContextKey, l)
 }

@@ -114,7 +114,7 @@ func Step(ctx context.Context, name string, fn func(context.Context) ([]byte, er
 	if fn == nil {
 		return nil, fmt.Errorf("idem: step %q: nil function", name)
 	}
-	lease, ok := LeaseFromContext(ctx)
+	lease, ok := leaseFrom(ctx)
 	if !ok {
 		out, err := fn(ctx)
 		if err != nil {
@@ -224,7 +224,7 @@ type stepLock struct {
 	users int
 }
 
-func stepsOf(l *Lease) *stepState {
+func stepsOf(l *grant) *stepState {
 	v, _ := l.Attach(stepsKey{}, func() (any, error) {
 		// A claim that created the record (ClaimResult.Fresh) cannot have
 		// steps yet: no read needed.
@@ -259,7 +259,7 @@ func (s *stepState) lockName(name string) func() {
 
 // stored returns the result known for name, loading the record's steps
 // from the store at the first Step of a resumed execution.
-func (s *stepState) stored(ctx context.Context, ss storekit.StepStore, l *Lease, name string) ([]byte, bool, error) {
+func (s *stepState) stored(ctx context.Context, ss storekit.StepStore, l *grant, name string) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock() // held across the load: every Step needs its answer
 	if !s.loaded {

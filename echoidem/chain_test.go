@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // TestContextBodyAndEchoState: the handler gets the key in its request
@@ -42,7 +43,7 @@ func TestContextBodyAndEchoState(t *testing.T) {
 			err := next(c)
 			mu.Lock()
 			defer mu.Unlock()
-			_, lease := core.LeaseFromContext(c.Request().Context())
+			_, lease := storekit.LeaseFromContext(c.Request().Context())
 			outer = seen{c.Response().Status, c.Response().Size, c.Response().Committed, c.Request().Context().Err(), lease}
 			return err
 		}

@@ -18,7 +18,7 @@ import (
 
 // deferRow queues the ledger row (k, the lease's token) with Defer.
 func deferRow(ctx context.Context, k string) error {
-	l, _ := core.LeaseFromContext(ctx)
+	l, _ := storekit.LeaseFromContext(ctx)
 	return Defer(ctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", k, l.Fence().Token)
 }
 
@@ -401,7 +401,7 @@ func TestDeferThroughEngine(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			out, err := e.Call(t.Context(), req, func(ctx context.Context) ([]byte, error) {
-				l, _ := core.LeaseFromContext(ctx)
+				l, _ := storekit.LeaseFromContext(ctx)
 				mu.Lock()
 				tokens = append(tokens, l.Fence().Token)
 				mu.Unlock()

@@ -184,7 +184,8 @@ func TestMetricsAndSpans(t *testing.T) {
 	// A lost lease: the record is released under the owner (as idemctl
 	// release would), so its commit is fenced out.
 	lost := mustOutcome(core.Proceed, eng, context.Background(), req("k3-"+sentinel, "a"))
-	if err := r.mem.Fail(context.Background(), lost.Fence()); err != nil {
+	lease, _ := storekit.LeaseFromContext(lost.Context(context.Background()))
+	if err := r.mem.Fail(context.Background(), lease.Fence()); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Commit(context.Background(), lost, adapterkit.Response{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {

@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/nethttpidem"
 )
 
@@ -33,7 +33,7 @@ func TestRouteAttributeBounded(t *testing.T) {
 	// A handler whose lease is taken away under it (as idemctl release
 	// would): its commit is fenced out, which lease_lost reports.
 	loses := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if l, ok := core.LeaseFromContext(req.Context()); ok {
+		if l, ok := storekit.LeaseFromContext(req.Context()); ok {
 			if err := r.mem.Fail(req.Context(), l.Fence()); err != nil {
 				t.Errorf("fail under the owner: %v", err)
 			}

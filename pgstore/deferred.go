@@ -51,7 +51,7 @@ type deferredStmt struct {
 // statement travels in a batch, which takes none; pgx.QueryRewriter is
 // accepted.
 func Defer(ctx context.Context, sql string, args ...any) error {
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok {
 		return ErrNoLease
 	}

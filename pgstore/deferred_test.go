@@ -17,7 +17,7 @@ import (
 
 // deferRow queues the handler-equivalent's ledger row with Defer.
 func deferRow(ctx context.Context, table, key string) error {
-	l, _ := core.LeaseFromContext(ctx)
+	l, _ := storekit.LeaseFromContext(ctx)
 	return Defer(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, l.Fence().Token)
 }
 

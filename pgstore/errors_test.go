@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
@@ -195,7 +194,7 @@ func TestTxIdleTimeout(t *testing.T) {
 	if v != "1500ms" {
 		t.Errorf("idle_in_transaction_session_timeout = %q, want 1500ms", v)
 	}
-	l, _ := core.LeaseFromContext(ctx)
+	l, _ := storekit.LeaseFromContext(ctx)
 	if err := s.Fail(ctx, l.Fence()); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 var (
 	// ErrNoLease is returned by Tx and Defer when ctx does not belong to a handler
-	// that idem let proceed (no core.Lease in the context).
+	// that idem let proceed (no storekit.Lease in the context).
 	ErrNoLease = errors.New("pgstore: no idem lease in context: Tx and Defer must be called with the context of a handler idem let proceed")
 	// ErrLeaseFinished is returned by Tx and Defer when the lease was already
 	// completed or failed: its transaction, if any, is over. The
@@ -98,7 +98,7 @@ const rollbackTimeout = 5 * time.Second
 // pgx.Tx, it is not for concurrent use, and not for use after the handler
 // has returned.
 func Tx(ctx context.Context) (pgx.Tx, error) {
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok {
 		return nil, ErrNoLease
 	}
@@ -120,12 +120,12 @@ func Tx(ctx context.Context) (pgx.Tx, error) {
 
 // storeOf returns the *Store that granted lease, looking through store
 // decorators (metrics, tracing), or nil.
-func storeOf(lease *core.Lease) *Store {
+func storeOf(lease storekit.Lease) *Store {
 	s, _ := storekit.As[*Store](lease.Store())
 	return s
 }
 
-func attachState(lease *core.Lease) *txState {
+func attachState(lease storekit.Lease) *txState {
 	v, _ := lease.Attach(txKey{}, func() (any, error) { return &txState{}, nil })
 	return v.(*txState)
 }
@@ -140,7 +140,7 @@ func (s *Store) txIdleMillis() int64 {
 // way, from now on Tx and Defer refuse, and the handed-out transaction
 // refuses every call.
 func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*leaseTx, []deferredStmt) {
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
 		return nil, nil
 	}

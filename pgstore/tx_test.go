@@ -57,7 +57,7 @@ func handle(ctx context.Context, table, key string) error {
 	if err != nil {
 		return err
 	}
-	l, _ := core.LeaseFromContext(ctx)
+	l, _ := storekit.LeaseFromContext(ctx)
 	_, err = tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, $2)", key, l.Fence().Token)
 	return err
 }

@@ -17,7 +17,7 @@ import (
 // deferRow queues the handler-equivalent's ledger row (owner: its token)
 // with Defer.
 func deferRow(ctx context.Context, key string) error {
-	l, _ := core.LeaseFromContext(ctx)
+	l, _ := storekit.LeaseFromContext(ctx)
 	return Defer(ctx, "INSERT INTO ledger (k, owner) VALUES (?, ?)", key, l.Fence().Token)
 }
 
@@ -361,7 +361,7 @@ func TestDeferThroughEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	book := func(ctx context.Context) error {
-		l, _ := core.LeaseFromContext(ctx)
+		l, _ := storekit.LeaseFromContext(ctx)
 		return Defer(ctx, "INSERT INTO calls (k, owner) VALUES (?, ?)", "pay-1", l.Fence().Token)
 	}
 	calls := func() int {

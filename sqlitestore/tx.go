@@ -14,7 +14,7 @@ import (
 
 var (
 	// ErrNoLease is returned by Tx and Defer when ctx does not belong to a
-	// handler that idem let proceed (no core.Lease in the context).
+	// handler that idem let proceed (no storekit.Lease in the context).
 	ErrNoLease = errors.New("sqlitestore: no idem lease in context: Tx must be called with the context of a handler idem let proceed")
 	// ErrLeaseFinished is returned by Tx and Defer when the lease was
 	// already completed or failed: its transaction, if any, is over.

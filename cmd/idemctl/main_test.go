@@ -207,7 +207,8 @@ func testReleaseLetsRetryRun(t *testing.T, c ctl, st core.Store) {
 	if err != nil || d1.Outcome != core.Proceed {
 		t.Fatalf("first: %v %v", err, d1.Outcome)
 	}
-	dead := d1.Fence()
+	lease, _ := storekit.LeaseFromContext(d1.Context(ctx))
+	dead := lease.Fence()
 	if d, _ := eng.Decide(ctx, req()); d.Outcome != core.Reject || d.Response.Status != http.StatusConflict {
 		t.Fatalf("retry before release: %v, want 409", d.Outcome)
 	}

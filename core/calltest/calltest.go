@@ -60,7 +60,7 @@ func onceThenReplay(t *testing.T, s core.Store) {
 	e := engine(t, s)
 	var runs atomic.Int32
 	fn := func(ctx context.Context) ([]byte, error) {
-		if _, ok := core.LeaseFromContext(ctx); !ok {
+		if _, ok := storekit.LeaseFromContext(ctx); !ok {
 			t.Errorf("fn's context carries no lease")
 		}
 		runs.Add(1)

@@ -53,7 +53,7 @@ var errNoLease = errors.New("ledger: no idem lease in context: Record must run i
 
 // Record parks the row on the lease until the record commits.
 func (l *memLedger) Record(ctx context.Context, user string, p Payment) error {
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok {
 		return errNoLease
 	}
@@ -69,7 +69,7 @@ func (l *memLedger) Record(ctx context.Context, user string, p Payment) error {
 }
 
 // apply books the rows parked on the lease, once the record is committed.
-func (l *memLedger) apply(lease *core.Lease) error {
+func (l *memLedger) apply(lease storekit.Lease) error {
 	v, ok := lease.Detach(pendingKey{})
 	if !ok {
 		return nil
@@ -118,7 +118,7 @@ type ledgerStore struct {
 // Complete implements core.Store.
 func (s ledgerStore) Complete(ctx context.Context, f storekit.Fence, resp storekit.StoredResponse) error {
 	err := s.Store.Complete(ctx, f, resp)
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
 		return err
 	}
@@ -137,7 +137,7 @@ func (s ledgerStore) Complete(ctx context.Context, f storekit.Fence, resp storek
 
 // Fail implements core.Store.
 func (s ledgerStore) Fail(ctx context.Context, f storekit.Fence) error {
-	if lease, ok := core.LeaseFromContext(ctx); ok && lease.Fence() == f {
+	if lease, ok := storekit.LeaseFromContext(ctx); ok && lease.Fence() == f {
 		lease.Detach(pendingKey{})
 	}
 	return s.Store.Fail(ctx, f)

@@ -346,7 +346,7 @@ type client struct {
 	// itself and went on (Env.CommitThenFinish); its calls run on the
 	// context of that lease, as a handler's do (the store finds the
 	// committed transaction through it).
-	committed *core.Lease
+	committed storekit.Lease
 
 	kills *atomic.Int32
 	wg    *sync.WaitGroup
@@ -628,7 +628,7 @@ func (c *client) fenced(f storekit.Fence, kind Kind) {
 	}
 	// A handler that committed its transaction itself has no ledger write
 	// left: idem completes or fails a lease whose writes are committed.
-	var committed *core.Lease
+	var committed storekit.Lease
 	if c.lease != nil && *c.lease == f {
 		committed = c.committed
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -39,7 +38,7 @@ type LeaseState struct {
 type stateKey struct{}
 
 // StateOf returns lease's LeaseState, attaching an empty one on first use.
-func StateOf(lease *core.Lease) *LeaseState {
+func StateOf(lease storekit.Lease) *LeaseState {
 	v, _ := lease.Attach(stateKey{}, func() (any, error) { return &LeaseState{}, nil })
 	return v.(*LeaseState)
 }
@@ -48,9 +47,9 @@ func StateOf(lease *core.Lease) *LeaseState {
 // granted it (looking through store decorators). Without a lease it
 // returns noLease; with one another store granted, an error under what
 // (e.g. "mysqlstore: tx") naming both stores' types.
-func Granted[S comparable](ctx context.Context, noLease error, what string) (*core.Lease, S, error) {
+func Granted[S comparable](ctx context.Context, noLease error, what string) (storekit.Lease, S, error) {
 	var zero S
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok {
 		return nil, zero, noLease
 	}
@@ -65,7 +64,7 @@ func Granted[S comparable](ctx context.Context, noLease error, what string) (*co
 // for fence f and was granted by s (looking through store decorators), or
 // nil.
 func Owned[S comparable](ctx context.Context, f storekit.Fence, s S) *LeaseState {
-	lease, ok := core.LeaseFromContext(ctx)
+	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok || lease.Fence() != f {
 		return nil
 	}

@@ -26,7 +26,7 @@ func (d decorator) Unwrap() core.Store { return d.Store }
 
 var errNoLease = errors.New("no lease")
 
-func leaseCtx(s core.Store, f storekit.Fence) (context.Context, *core.Lease) {
+func leaseCtx(s core.Store, f storekit.Fence) (context.Context, storekit.Lease) {
 	l := storetest.NewLease(s, f)
 	return storetest.ContextWithLease(context.Background(), l), l
 }
