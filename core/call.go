@@ -14,11 +14,6 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// CallMethod is the method recorded for the records of Engine.Call, so
-// that idemctl, logs and telemetry tell them from HTTP requests; their
-// route is the call's name.
-const CallMethod = "CALL"
-
 // CallRequest names one call of Engine.Call.
 type CallRequest struct {
 	// Scope is the tenant the key belongs to. "" is refused (ErrNoScope)
@@ -118,7 +113,7 @@ func (e *CallError) Unwrap() []error {
 // Call runs fn at most once per (req.Scope, req.Key) across every process
 // sharing the engine's store, for work that is not an HTTP request: a
 // queue consumer, a job, a gRPC method. It is an HTTP request to the
-// engine (method CallMethod, route req.Name, body req.Input), so it has
+// engine (method storekit.CallMethod, route req.Name, body req.Input), so it has
 // everything a request has: the lease and its heartbeat, fencing, the
 // takeover of a crashed owner's key once its lease lapses, WithWait for
 // duplicates, Step and RelayKey inside fn, and the transactional mode
@@ -161,7 +156,7 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 		input = []byte{}
 	}
 	d, err := e.Decide(ctx, Request{
-		Method: CallMethod, Route: req.Name, Target: req.Name,
+		Method: storekit.CallMethod, Route: req.Name, Target: req.Name,
 		Header:    http.Header{e.cfg.header: {req.Key}},
 		BodyBytes: input, Scope: req.Scope, call: true,
 	})

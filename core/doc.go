@@ -31,7 +31,7 @@
 // Decide and Serve's runner, with a key, a scope, a name and an input
 // instead of a request; its refusals are *CallError values matched with
 // errors.Is (ErrInFlight, ErrMismatch, ErrStoreUnavailable, ...). Its
-// records carry method CallMethod ("CALL") and the call's name as route.
+// records carry method storekit.CallMethod ("CALL") and the call's name as route.
 //
 // Tenancy fails closed: a request that names no scope is refused (401,
 // ErrNoScope) and adapters refuse to be built without a scope function,

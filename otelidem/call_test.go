@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storekit"
 )
 
 // TestCall: the records of core.Engine.Call show up as HTTP ones do, with
@@ -43,8 +44,8 @@ func TestCall(t *testing.T) {
 		}
 		claims++
 		attrs := attribute.NewSet(s.Attributes()...)
-		if v, _ := attrs.Value("http.request.method"); v.AsString() != core.CallMethod {
-			t.Errorf("claim span method %q, want %s", v.AsString(), core.CallMethod)
+		if v, _ := attrs.Value("http.request.method"); v.AsString() != storekit.CallMethod {
+			t.Errorf("claim span method %q, want %s", v.AsString(), storekit.CallMethod)
 		}
 		if v, _ := attrs.Value("http.route"); v.AsString() != "charge" {
 			t.Errorf("claim span route %q, want charge", v.AsString())

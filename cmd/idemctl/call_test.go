@@ -25,7 +25,7 @@ func testInspectCall(t *testing.T, c ctl, st core.Store) {
 	}
 	var rec recordJSON
 	c.json(&rec, "inspect", "-scope", "worker", key)
-	if rec.Method != core.CallMethod || rec.Route != "charge-payment" || rec.Status != storekit.StatusCompleted ||
+	if rec.Method != storekit.CallMethod || rec.Route != "charge-payment" || rec.Status != storekit.StatusCompleted ||
 		rec.Response == nil || rec.Response.BodyBytes != 20 {
 		t.Errorf("inspect of a call: %+v", rec)
 	}

@@ -87,7 +87,7 @@ func onceThenReplay(t *testing.T, s core.Store) {
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if rec.Method != core.CallMethod || rec.Route != "charge" || rec.Status != storekit.StatusCompleted {
+	if rec.Method != storekit.CallMethod || rec.Route != "charge" || rec.Status != storekit.StatusCompleted {
 		t.Fatalf("record = method %q route %q status %v; want CALL, charge, completed", rec.Method, rec.Route, rec.Status)
 	}
 }

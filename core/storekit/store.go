@@ -192,3 +192,8 @@ func As[T any](s Store) (T, bool) {
 	var zero T
 	return zero, false
 }
+
+// CallMethod is the method recorded for the records of core.Engine.Call,
+// so that idemctl, logs and telemetry tell them from HTTP requests; their
+// route is the call's name.
+const CallMethod = "CALL"

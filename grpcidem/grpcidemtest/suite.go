@@ -138,7 +138,7 @@ func replay(t *testing.T, st core.Store) {
 		t.Fatalf("first response marked replayed: %v", hdr1)
 	}
 	rec, err := st.Get(tctx(t), "tenant", "k1")
-	if err != nil || rec.Method != core.CallMethod || rec.Route != Charge {
+	if err != nil || rec.Method != storekit.CallMethod || rec.Route != Charge {
 		t.Fatalf("record %q %q, %v; want CALL %s", rec.Method, rec.Route, err, Charge)
 	}
 }
