@@ -1,8 +1,6 @@
 package core
 
 import (
-	"time"
-
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/storekit"
 )
@@ -21,16 +19,12 @@ func (e *Engine) CommitErrorResponse(err error) *adapterkit.Response {
 	return e.commitErrorResponse(err)
 }
 
-func ISO8601Duration(d time.Duration) string { return iso8601Duration(d) }
-
 // StepsSupported reports whether the engine finds a StepStore in s.
 func StepsSupported(s Store) bool { return stepStoreOf(s) != nil }
 
-// Key syntax, unexported because only adapters' tests and the OpenAPI
-// fragment need it.
+// Key syntax, unexported because only core's tests need it (core/openapi
+// checks its published pattern against the engine).
 var ParseKey = parseKey
-
-const KeyPattern = keyPattern
 
 // The fingerprint, pinned by the golden tests.
 var Fingerprint = fingerprint

@@ -9,8 +9,8 @@ import (
 // Policy is the idempotency policy an engine runs with, read back from its
 // configuration: what a client must send and what it can rely on. The IETF
 // draft (draft-ietf-httpapi-idempotency-key-header) asks every resource to
-// publish it, expiry included; Policy.OpenAPI renders it for an API
-// description.
+// publish it, expiry included; package core/openapi renders it for an API
+// description (openapi.New(eng.Policy())).
 type Policy struct {
 	// Header is the request header that carries the key (canonical form).
 	Header string
@@ -103,57 +103,4 @@ func (p Policy) Replayed(status int) bool {
 		return DefaultOutcomePolicy(status) == Final
 	}
 	return p.final(status) == Final
-}
-
-// problemSpec is one problem idem answers with, as published.
-type problemSpec struct {
-	name   string
-	status int
-	when   string // when it is answered, for the published description
-}
-
-// problemWhen says, per problem name, when a client gets it.
-var problemWhen = map[string]string{
-	ProblemMissingKey:       "the key header is missing",
-	ProblemInvalidKey:       "the key is not a valid key (format, length, several header lines)",
-	ProblemBodyUnreadable:   "the request body could not be read",
-	ProblemScopeUnavailable: "the request's tenant could not be determined",
-	ProblemInFlight:         "a request with this key is still in progress (retry after Retry-After seconds)",
-	ProblemNotRetained:      "the request with this key completed but its response was too large or streamed to keep; it is not run again",
-	ProblemBodyTooLarge:     "the request body is larger than the limit",
-	ProblemPayloadMismatch:  "the key was already used with a different request (method, route, target or body)",
-	ProblemHandlerPanic:     "the request failed without completing; it may be retried with the same key",
-	ProblemHandlerError:     "the request failed without a response; it may be retried with the same key",
-	ProblemStoreUnavailable: "the idempotency store could not be reached or the result could not be recorded; retry with the same key",
-}
-
-// publishedProblems lists the problems a protected operation may answer,
-// from the problem table (core.Problems), in its order. A cancelled
-// request's 499 goes to no one and is not published; missing-key only
-// where the key is required.
-func (p Policy) publishedProblems() []problemSpec {
-	var out []problemSpec
-	for _, info := range problems {
-		switch {
-		case info.Name == ProblemCanceled:
-			continue
-		case info.Name == ProblemMissingKey && !p.KeyRequired:
-			continue
-		}
-		when := problemWhen[info.Name]
-		if when == "" {
-			when = info.Title
-		}
-		out = append(out, problemSpec{info.Name, info.Status, when})
-	}
-	return out
-}
-
-// replayedHeader is ReplayedHeader, or its default for a Policy built by
-// hand.
-func (p Policy) replayedHeader() string {
-	if p.ReplayedHeader == "" {
-		return ReplayedHeader
-	}
-	return p.ReplayedHeader
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/openapi"
 	"github.com/idemkit/idem/nethttpidem"
 )
 
@@ -53,7 +54,7 @@ func TestReplayedHeaderName(t *testing.T) {
 
 	p := eng.Policy()
 	assert.Equal(t, "Idempotency-Replayed", p.ReplayedHeader)
-	assert.Equal(t, "Idempotency-Replayed", eng.OpenAPI().Extension["replayedHeader"])
+	assert.Equal(t, "Idempotency-Replayed", openapi.New(eng.Policy()).Extension["replayedHeader"])
 }
 
 // TestReplayedHeaderInvalid: a marker that is not a header token, is the

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/openapi"
 )
 
 // apiDocument describes the whole API as OpenAPI 3.1, with the idempotency
@@ -39,7 +40,7 @@ func apiDocument(eng *core.Engine, metrics bool) map[string]any {
 			"502": problemBody("The payment provider did not confirm the charge; retry with the same key."),
 		},
 	}
-	frag := eng.OpenAPI()
+	frag := openapi.New(eng.Policy())
 	frag.Protect(http.MethodPost, create)
 
 	list := map[string]any{

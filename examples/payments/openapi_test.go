@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/openapi"
 )
 
 // The published description is checked by libopenapi-validator, a
@@ -104,7 +105,7 @@ func TestOpenAPIDocumentValid(t *testing.T) {
 	if err := json.Unmarshal(spec, &broken); err != nil {
 		t.Fatal(err)
 	}
-	delete(broken["components"].(map[string]any)["parameters"].(map[string]any)[core.OpenAPIKeyParameter].(map[string]any), "in")
+	delete(broken["components"].(map[string]any)["parameters"].(map[string]any)[openapi.KeyParameter].(map[string]any), "in")
 	bb, _ := json.Marshal(broken)
 	if _, ok, _ := newValidator(t, bb); ok {
 		t.Error("a parameter without \"in\" validated: the validator checks nothing")
@@ -195,7 +196,7 @@ func TestOpenAPIFollowsFlags(t *testing.T) {
 		if err := json.Unmarshal(fetchOpenAPI(t, testApp(t, defaultConfig(t, args...), 0)), &doc); err != nil {
 			t.Fatal(err)
 		}
-		p := doc["components"].(map[string]any)["parameters"].(map[string]any)[core.OpenAPIKeyParameter].(map[string]any)
+		p := doc["components"].(map[string]any)["parameters"].(map[string]any)[openapi.KeyParameter].(map[string]any)
 		return doc["x-idempotency"].(map[string]any), p["description"].(string)
 	}
 	def, defDesc := policy()

@@ -1,4 +1,4 @@
-package core
+package openapi
 
 import (
 	"maps"
@@ -7,83 +7,88 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/core"
 )
 
-// Names of the components an OpenAPIFragment defines. They are prefixed
-// "Idem" so they do not collide with an API's own components.
+// Names of the components a Fragment defines. They are prefixed "Idem" so
+// they do not collide with an API's own components. The two header
+// components are names under components.headers, not HTTP header names.
 const (
-	OpenAPIKeyParameter  = "IdemKey"        // components.parameters
-	OpenAPIReplayedHdr   = "IdemReplayed"   // components.headers: Idempotent-Replayed
-	OpenAPIRetryAfterHdr = "IdemRetryAfter" // components.headers: Retry-After
-	OpenAPIProblemSchema = "IdemProblem"    // components.schemas: RFC 9457 problem details
-	openAPIProblemResp   = "IdemProblem"    // components.responses: IdemProblem<status>
-	openAPIExtension     = "x-idempotency"  // the policy, machine-readable, at the document root
-	idempotencyDraft     = "draft-ietf-httpapi-idempotency-key-header"
-	problemMediaType     = "application/problem+json"
-	jsonSchemaDialect    = "https://spec.openapis.org/oas/3.1/dialect/base"
-	openAPIVersion       = "3.1.0"
-	keyPatternRaw        = `[!#-+\--\[\]-~]+`            // printable ASCII but space, '"', ',' and '\'
-	keyPatternSF         = `"(?:[ !#-\[\]-~]|\\["\\])+"` // RFC 8941 sf-string, \" and \\ escapes
-	keyHeaderMaxLength   = 2*MaxKeyBytes + 2             // a quoted key with every byte escaped
+	KeyParameter              = "IdemKey"        // components.parameters: the key header
+	ReplayedHeaderComponent   = "IdemReplayed"   // components.headers: the replay marker (core.Policy.ReplayedHeader)
+	RetryAfterHeaderComponent = "IdemRetryAfter" // components.headers: Retry-After
+	ProblemSchema             = "IdemProblem"    // components.schemas: RFC 9457 problem details
+)
+
+const (
+	problemResp        = "IdemProblem"   // components.responses: IdemProblem<status>
+	extensionName      = "x-idempotency" // the policy, machine-readable, at the document root
+	idempotencyDraft   = "draft-ietf-httpapi-idempotency-key-header"
+	problemMediaType   = "application/problem+json"
+	jsonSchemaDialect  = "https://spec.openapis.org/oas/3.1/dialect/base"
+	openAPIVersion     = "3.1.0"
+	keyPatternRaw      = `[!#-+\--\[\]-~]+`            // printable ASCII but space, '"', ',' and '\'
+	keyPatternSF       = `"(?:[ !#-\[\]-~]|\\["\\])+"` // RFC 8941 sf-string, \" and \\ escapes
+	keyHeaderMaxLength = 2*core.MaxKeyBytes + 2        // a quoted key with every byte escaped
 )
 
 // keyPattern is the ECMA-262 (and Go RE2) pattern of a valid key header
 // value, as published in the key parameter's schema: a raw token or an
-// RFC 8941 sf-string. The decoded key must also be 1 to MaxKeyBytes bytes.
+// RFC 8941 sf-string. The decoded key must also be 1 to core.MaxKeyBytes
+// bytes.
 const keyPattern = `^(?:` + keyPatternRaw + `|` + keyPatternSF + `)$`
 
-// OpenAPIFragment is a Policy rendered as OpenAPI 3.1: components to merge
+// Fragment is a core.Policy rendered as OpenAPI 3.1: components to merge
 // into an API description, the policy as the x-idempotency extension, and
 // Protect to mark each operation idem guards. All values are JSON-ready
 // (maps, slices, strings, numbers, booleans).
-type OpenAPIFragment struct {
+type Fragment struct {
 	// Components holds "parameters", "headers", "schemas" and "responses",
 	// each a map of component name to object.
 	Components map[string]map[string]any `json:"components"`
 	// Extension is the machine-readable policy (x-idempotency).
 	Extension map[string]any `json:"x-idempotency"`
 
-	policy Policy
+	policy core.Policy
 }
 
-// OpenAPI renders the engine's policy; see Policy.OpenAPI.
-func (e *Engine) OpenAPI() *OpenAPIFragment { return e.Policy().OpenAPI() }
-
-// OpenAPI renders p as an OpenAPI 3.1 fragment: the key header parameter
-// (format, length, whether it is required), the Idempotent-Replayed and
-// Retry-After response headers, the problem details schema and one
-// response per problem status, and the policy itself (methods, retention,
-// lease, wait, fingerprint, limits) as x-idempotency.
-func (p Policy) OpenAPI() *OpenAPIFragment {
-	f := &OpenAPIFragment{policy: p, Components: map[string]map[string]any{
-		"parameters": {OpenAPIKeyParameter: p.keyParameter()},
+// New renders p, usually an engine's (Engine.Policy), as an OpenAPI 3.1
+// fragment: the key header parameter (format, length, whether it is
+// required), the replay marker and Retry-After response headers, the
+// problem details schema and one response per problem status, and the
+// policy itself (methods, retention, lease, wait, fingerprint, limits) as
+// x-idempotency.
+func New(p core.Policy) *Fragment {
+	f := &Fragment{policy: p, Components: map[string]map[string]any{
+		"parameters": {KeyParameter: keyParameter(p)},
 		"headers": {
-			OpenAPIReplayedHdr: map[string]any{
+			ReplayedHeaderComponent: map[string]any{
 				"description": "Present, with the value true, when the response is the stored response of an earlier request " +
 					"with the same key, replayed; the request was not processed again.",
 				"schema": map[string]any{"type": "string", "const": "true"},
 			},
-			OpenAPIRetryAfterHdr: map[string]any{
+			RetryAfterHeaderComponent: map[string]any{
 				"description": "Seconds to wait before retrying with the same key.",
 				"schema":      map[string]any{"type": "integer", "minimum": 1},
 			},
 		},
-		"schemas":   {OpenAPIProblemSchema: problemSchema()},
+		"schemas":   {ProblemSchema: problemSchema()},
 		"responses": {},
 	}}
 	byStatus := map[int][]problemSpec{}
-	for _, ps := range p.publishedProblems() {
+	for _, ps := range publishedProblems(p) {
 		byStatus[ps.status] = append(byStatus[ps.status], ps)
 	}
 	for status, specs := range byStatus {
-		f.Components["responses"][openAPIProblemResp+strconv.Itoa(status)] = p.problemResponse(status, specs)
+		f.Components["responses"][problemResp+strconv.Itoa(status)] = problemResponse(p, status, specs)
 	}
-	f.Extension = p.extension()
+	f.Extension = extension(p)
 	return f
 }
 
 // keyParameter is the key header as a parameter object.
-func (p Policy) keyParameter() map[string]any {
+func keyParameter(p core.Policy) map[string]any {
 	var d strings.Builder
 	d.WriteString("Idempotency key (" + idempotencyDraft + "): a Structured Field String (\"...\") or a raw token " +
 		"of printable ASCII without spaces, 1 to " + strconv.Itoa(p.MaxKeyBytes) + " bytes; use a fresh random value " +
@@ -94,7 +99,7 @@ func (p Policy) keyParameter() map[string]any {
 		d.WriteString("Optional for " + strings.Join(p.Methods, ", ") + " requests: without it the request is not protected. ")
 	}
 	d.WriteString("A retry with the same key and the same request gets the first response again, marked " +
-		p.replayedHeader() + ": true; the same key with a different request is refused (422). ")
+		replayedHeader(p) + ": true; the same key with a different request is refused (422). ")
 	if p.Wait > 0 {
 		d.WriteString("A retry while the first request is in progress waits up to " + p.Wait.String() +
 			" for it, then gets 409 with Retry-After. ")
@@ -134,7 +139,7 @@ func problemSchema() map[string]any {
 
 // problemResponse is the response object for one status: its problem types
 // as an enum, and Retry-After where idem sends it.
-func (p Policy) problemResponse(status int, specs []problemSpec) map[string]any {
+func problemResponse(p core.Policy, status int, specs []problemSpec) map[string]any {
 	var desc strings.Builder
 	types := make([]any, 0, len(specs))
 	for i, s := range specs {
@@ -149,7 +154,7 @@ func (p Policy) problemResponse(status int, specs []problemSpec) map[string]any 
 		"description": http.StatusText(status) + " (idempotency). " + desc.String(),
 		"content": map[string]any{problemMediaType: map[string]any{"schema": map[string]any{
 			"allOf": []any{
-				map[string]any{"$ref": "#/components/schemas/" + OpenAPIProblemSchema},
+				map[string]any{"$ref": "#/components/schemas/" + ProblemSchema},
 				map[string]any{"properties": map[string]any{
 					"type":   map[string]any{"enum": types},
 					"status": map[string]any{"const": status},
@@ -158,12 +163,12 @@ func (p Policy) problemResponse(status int, specs []problemSpec) map[string]any 
 		}}},
 	}
 	if status == http.StatusConflict || status == http.StatusServiceUnavailable {
-		resp["headers"] = map[string]any{"Retry-After": map[string]any{"$ref": "#/components/headers/" + OpenAPIRetryAfterHdr}}
+		resp["headers"] = map[string]any{"Retry-After": map[string]any{"$ref": "#/components/headers/" + RetryAfterHeaderComponent}}
 	}
 	return resp
 }
 
-func (p Policy) extension() map[string]any {
+func extension(p core.Policy) map[string]any {
 	body := "bytes"
 	if p.CanonicalJSON {
 		body = "canonical-json"
@@ -180,7 +185,7 @@ func (p Policy) extension() map[string]any {
 		"leaseSeconds":        p.Lease.Seconds(),
 		"inFlightWait":        iso8601Duration(p.Wait),
 		"inFlightWaitSeconds": p.Wait.Seconds(),
-		"replayedHeader":      p.replayedHeader(),
+		"replayedHeader":      replayedHeader(p),
 		"replayHeaders":       strSlice(p.ReplayHeaders),
 		"fingerprint": map[string]any{
 			"algorithm": "sha-256",
@@ -205,17 +210,18 @@ func strSlice(s []string) []any {
 // Protect marks op, the OpenAPI operation object served for method, as
 // guarded by idem, and reports whether it did (false when the policy does
 // not protect method: op is left alone). It adds the key parameter, idem's
-// problem responses, and the replayed header (Policy.ReplayedHeader) to every response
-// of op whose status the outcome policy stores and replays. Where op
-// already describes a problem status of its own (say its own 400), the
-// content schemas are combined with anyOf. op's responses must be declared
-// before Protect is called; op may be nil-mapped only in its sub-objects.
-func (f *OpenAPIFragment) Protect(method string, op map[string]any) bool {
+// problem responses, and the replay marker (core.Policy.ReplayedHeader)
+// to every response of op whose status the outcome policy stores and
+// replays (core.Policy.Replayed). Where op already describes a problem
+// status of its own (say its own 400), the content schemas are combined
+// with anyOf. op's responses must be declared before Protect is called; op
+// may be nil-mapped only in its sub-objects.
+func (f *Fragment) Protect(method string, op map[string]any) bool {
 	if op == nil || !f.policy.Protects(strings.ToUpper(method)) {
 		return false
 	}
 	params, _ := op["parameters"].([]any)
-	op["parameters"] = append(params, map[string]any{"$ref": "#/components/parameters/" + OpenAPIKeyParameter})
+	op["parameters"] = append(params, map[string]any{"$ref": "#/components/parameters/" + KeyParameter})
 	responses, _ := op["responses"].(map[string]any)
 	if responses == nil {
 		responses = map[string]any{}
@@ -236,10 +242,10 @@ func (f *OpenAPIFragment) Protect(method string, op map[string]any) bool {
 			headers = map[string]any{}
 			resp["headers"] = headers
 		}
-		headers[f.policy.replayedHeader()] = map[string]any{"$ref": "#/components/headers/" + OpenAPIReplayedHdr}
+		headers[replayedHeader(f.policy)] = map[string]any{"$ref": "#/components/headers/" + ReplayedHeaderComponent}
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Components["responses"])) {
-		code := strings.TrimPrefix(name, openAPIProblemResp)
+		code := strings.TrimPrefix(name, problemResp)
 		ref := map[string]any{"$ref": "#/components/responses/" + name}
 		own, exists := responses[code].(map[string]any)
 		if !exists {
@@ -253,7 +259,7 @@ func (f *OpenAPIFragment) Protect(method string, op map[string]any) bool {
 
 // mergeProblem folds idem's problem response name into the operation's own
 // response for the same status.
-func (f *OpenAPIFragment) mergeProblem(own map[string]any, name string) {
+func (f *Fragment) mergeProblem(own map[string]any, name string) {
 	idem := f.Components["responses"][name].(map[string]any)
 	if d, _ := own["description"].(string); d != "" {
 		own["description"] = d + " Or: " + idem["description"].(string)
@@ -289,7 +295,7 @@ func (f *OpenAPIFragment) mergeProblem(own map[string]any, name string) {
 // AddTo merges the fragment's components and x-idempotency into doc, an
 // OpenAPI document object. Components doc already defines under the same
 // names are replaced.
-func (f *OpenAPIFragment) AddTo(doc map[string]any) {
+func (f *Fragment) AddTo(doc map[string]any) {
 	comps, _ := doc["components"].(map[string]any)
 	if comps == nil {
 		comps = map[string]any{}
@@ -303,12 +309,12 @@ func (f *OpenAPIFragment) AddTo(doc map[string]any) {
 		}
 		maps.Copy(m, entries)
 	}
-	doc[openAPIExtension] = f.Extension
+	doc[extensionName] = f.Extension
 }
 
 // Document returns the fragment alone as a complete OpenAPI 3.1 document
 // (no paths), for publishing the policy by itself.
-func (f *OpenAPIFragment) Document(title, version string) map[string]any {
+func (f *Fragment) Document(title, version string) map[string]any {
 	doc := map[string]any{
 		"openapi":           openAPIVersion,
 		"jsonSchemaDialect": jsonSchemaDialect,

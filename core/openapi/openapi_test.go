@@ -1,8 +1,10 @@
-package core_test
+package openapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,47 +16,18 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/openapi"
 )
 
-func TestPolicyFollowsOptions(t *testing.T) {
-	def := newEngine(t, memstore.New()).Policy()
-	assert.Equal(t, "Idempotency-Key", def.Header)
-	assert.True(t, def.KeyRequired)
-	assert.Equal(t, []string{"PATCH", "POST"}, def.Methods)
-	assert.Equal(t, 24*time.Hour, def.Retention)
-	assert.Equal(t, 30*time.Second, def.Lease)
-	assert.Equal(t, time.Duration(0), def.Wait)
-	assert.Equal(t, core.ProblemBaseURI, def.ProblemBaseURI)
-	assert.True(t, def.Replayed(201))
-	assert.True(t, def.Replayed(400))
-	assert.False(t, def.Replayed(409))
-	assert.False(t, def.Replayed(502))
-
-	p := newEngine(t, memstore.New(),
-		core.WithHeader("x-request-key"), core.WithKeyRequired(false), core.WithMethods("post", "put", "delete"),
-		core.WithRetention(90*time.Minute), core.WithLease(10*time.Second), core.WithWait(2*time.Second),
-		core.WithCanonicalJSON(true), core.WithFingerprintHeaders("accept"), core.WithProblemBaseURI("https://example.com/p/"),
-		core.WithOutcomePolicy(func(s int) core.Class {
-			if s == 201 {
-				return core.Final
-			}
-			return core.Retryable
-		}),
-	).Policy()
-	assert.Equal(t, "X-Request-Key", p.Header)
-	assert.False(t, p.KeyRequired)
-	assert.Equal(t, []string{"DELETE", "POST", "PUT"}, p.Methods)
-	assert.Equal(t, 90*time.Minute, p.Retention)
-	assert.Equal(t, 10*time.Second, p.Lease)
-	assert.Equal(t, 2*time.Second, p.Wait)
-	assert.True(t, p.CanonicalJSON)
-	assert.Equal(t, []string{"Accept"}, p.FingerprintHeaders)
-	assert.True(t, p.Replayed(201))
-	assert.False(t, p.Replayed(400))
+func newEngine(t *testing.T, opts ...core.Option) *core.Engine {
+	t.Helper()
+	eng, err := core.New(memstore.New(), append([]core.Option{core.WithSharedKeySpace()}, opts...)...)
+	require.NoError(t, err)
+	return eng
 }
 
 // render returns the fragment as generic JSON, as a client reads it.
-func render(t *testing.T, f *core.OpenAPIFragment) map[string]any {
+func render(t *testing.T, f *openapi.Fragment) map[string]any {
 	t.Helper()
 	b, err := json.Marshal(f)
 	require.NoError(t, err)
@@ -63,10 +36,10 @@ func render(t *testing.T, f *core.OpenAPIFragment) map[string]any {
 	return out
 }
 
-func TestOpenAPIFragmentFollowsOptions(t *testing.T) {
-	def := render(t, newEngine(t, memstore.New()).OpenAPI())
-	other := render(t, newEngine(t, memstore.New(), core.WithHeader("X-Key"), core.WithKeyRequired(false),
-		core.WithRetention(2*time.Hour), core.WithWait(1500*time.Millisecond), core.WithMethods("PUT")).OpenAPI())
+func TestFragmentFollowsOptions(t *testing.T) {
+	def := render(t, openapi.New(newEngine(t).Policy()))
+	other := render(t, openapi.New(newEngine(t, core.WithHeader("X-Key"), core.WithKeyRequired(false),
+		core.WithRetention(2*time.Hour), core.WithWait(1500*time.Millisecond), core.WithMethods("PUT")).Policy()))
 
 	ext := def["x-idempotency"].(map[string]any)
 	assert.Equal(t, "PT24H", ext["retention"])
@@ -79,15 +52,15 @@ func TestOpenAPIFragmentFollowsOptions(t *testing.T) {
 	assert.Equal(t, "PT1.5S", ext2["inFlightWait"])
 	assert.Equal(t, []any{"PUT"}, ext2["methods"])
 
-	param := def["components"].(map[string]any)["parameters"].(map[string]any)[core.OpenAPIKeyParameter].(map[string]any)
+	param := def["components"].(map[string]any)["parameters"].(map[string]any)[openapi.KeyParameter].(map[string]any)
 	assert.Equal(t, "Idempotency-Key", param["name"])
 	assert.Equal(t, "header", param["in"])
 	assert.Equal(t, true, param["required"])
 	assert.Contains(t, param["description"], "expire 24h0m0s after first use")
 	schema := param["schema"].(map[string]any)
-	assert.Equal(t, core.KeyPattern, schema["pattern"])
+	assert.Equal(t, openapi.KeyPattern, schema["pattern"])
 	assert.Equal(t, 1.0, schema["minLength"])
-	param2 := other["components"].(map[string]any)["parameters"].(map[string]any)[core.OpenAPIKeyParameter].(map[string]any)
+	param2 := other["components"].(map[string]any)["parameters"].(map[string]any)[openapi.KeyParameter].(map[string]any)
 	assert.Equal(t, "X-Key", param2["name"])
 	assert.Equal(t, false, param2["required"])
 	assert.Contains(t, param2["description"], "waits up to 1.5s")
@@ -106,8 +79,8 @@ func TestOpenAPIFragmentFollowsOptions(t *testing.T) {
 	}
 }
 
-func TestOpenAPIProtect(t *testing.T) {
-	f := newEngine(t, memstore.New()).OpenAPI()
+func TestProtect(t *testing.T) {
+	f := openapi.New(newEngine(t).Policy())
 	get := map[string]any{"responses": map[string]any{"200": map[string]any{"description": "ok"}}}
 	assert.False(t, f.Protect("GET", get), "GET is not protected")
 	assert.NotContains(t, get, "parameters")
@@ -136,11 +109,30 @@ func TestOpenAPIProtect(t *testing.T) {
 	assert.Contains(t, doc, "x-idempotency")
 }
 
-// TestKeyPatternMatchesParseKey: the published pattern accepts exactly the
-// header values ParseKey accepts (up to the decoded length, which a pattern
-// cannot count after unescaping: maxLength bounds the raw form).
-func TestKeyPatternMatchesParseKey(t *testing.T) {
-	re := regexp.MustCompile(core.KeyPattern)
+// TestKeyPatternMatchesEngine: the published pattern accepts exactly the
+// header values the engine accepts as a key, i.e. does not refuse with
+// invalid-key (up to the decoded length, which a pattern cannot count after
+// unescaping: maxLength bounds the raw form).
+func TestKeyPatternMatchesEngine(t *testing.T) {
+	eng := newEngine(t)
+	ctx := context.Background()
+	// accepted reports whether eng takes v as a key: anything but a 400
+	// invalid-key (a valid key proceeds, or meets an earlier use of it).
+	accepted := func(v string) bool {
+		t.Helper()
+		d, err := eng.Decide(ctx, core.Request{Method: http.MethodPost, Route: "/p", Target: "/p",
+			Header: http.Header{"Idempotency-Key": {v}}, Body: strings.NewReader("{}")})
+		require.NoError(t, err, "Decide on a memstore, value %q", v)
+		if d.Outcome == core.Proceed {
+			require.NoError(t, eng.Abort(ctx, d, nil))
+		}
+		if d.Problem == core.ProblemInvalidKey {
+			assert.Equal(t, http.StatusBadRequest, d.Response.Status)
+			return false
+		}
+		return true
+	}
+	re := regexp.MustCompile(openapi.KeyPattern)
 	cases := []string{"k1", `"k1"`, `"a b"`, `"a\"b"`, `"a\\b"`, `"a\nb"`, `a b`, `a"b`, `a,b`, `a\b`, `""`, `"`,
 		`"abc`, `"a"b"`, "é", "\x7f", "~!#$%&'*+-.^_`|", `"a\xb"`, "8e03978e-40d5-43e8-bc93-6894a57f9324"}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -158,30 +150,33 @@ func TestKeyPatternMatchesParseKey(t *testing.T) {
 	}
 	for _, v := range cases {
 		if strings.Trim(v, " \t") != v {
-			continue // ParseKey trims surrounding whitespace (OWS); the pattern describes the value
+			continue // the engine trims surrounding whitespace (OWS); the pattern describes the value
 		}
-		_, err := core.ParseKey([]string{v})
-		assert.Equal(t, err == nil, re.MatchString(v), "value %q: ParseKey err=%v", v, err)
+		assert.Equal(t, accepted(v), re.MatchString(v), "value %q", v)
 	}
 	long := strings.Repeat("a", core.MaxKeyBytes)
-	_, err := core.ParseKey([]string{long})
-	assert.NoError(t, err)
+	assert.True(t, accepted(long))
 	assert.True(t, re.MatchString(long))
 }
 
+// TestISO8601Duration: the policy's durations are published in ISO 8601
+// form (x-idempotency's retention, lease and inFlightWait).
 func TestISO8601Duration(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		0: "PT0S", 24 * time.Hour: "PT24H", 90 * time.Second: "PT1M30S", 500 * time.Millisecond: "PT0.5S",
 		49*time.Hour + 2*time.Minute + 3*time.Second: "PT49H2M3S", -time.Second: "-PT1S",
 	} {
-		assert.Equal(t, want, core.ISO8601Duration(d), d.String())
+		ext := openapi.New(core.Policy{Retention: d, Lease: d, Wait: d}).Extension
+		assert.Equal(t, want, ext["retention"], d.String())
+		assert.Equal(t, want, ext["lease"], d.String())
+		assert.Equal(t, want, ext["inFlightWait"], d.String())
 	}
 }
 
-// TestOpenAPIPublishesEveryProblem: each problem of the table a client can
+// TestPublishesEveryProblem: each problem of the table a client can
 // receive is described, under its status.
-func TestOpenAPIPublishesEveryProblem(t *testing.T) {
-	b, err := json.Marshal(newEngine(t, memstore.New()).OpenAPI())
+func TestPublishesEveryProblem(t *testing.T) {
+	b, err := json.Marshal(openapi.New(newEngine(t).Policy()))
 	require.NoError(t, err)
 	for _, p := range core.Problems() {
 		name := strings.TrimPrefix(p.Type, core.ProblemBaseURI)
@@ -192,4 +187,14 @@ func TestOpenAPIPublishesEveryProblem(t *testing.T) {
 		assert.Contains(t, string(b), `"`+p.Type+`"`, name)
 		assert.Contains(t, string(b), `"IdemProblem`+strconv.Itoa(p.Status)+`"`, name)
 	}
+}
+
+// TestHandBuiltPolicy: a Policy built by hand (no engine) names the default
+// replay marker, core.ReplayedHeader.
+func TestHandBuiltPolicy(t *testing.T) {
+	f := openapi.New(core.Policy{Header: "Idempotency-Key", Methods: []string{http.MethodPost}, KeyRequired: true})
+	assert.Equal(t, core.ReplayedHeader, f.Extension["replayedHeader"])
+	op := map[string]any{"responses": map[string]any{"201": map[string]any{"description": "created"}}}
+	require.True(t, f.Protect(http.MethodPost, op))
+	assert.Contains(t, op["responses"].(map[string]any)["201"].(map[string]any)["headers"], core.ReplayedHeader)
 }
