@@ -215,7 +215,7 @@ func WithScope(f ScopeFunc) Option {
 // (value "true"), for clients that expect another name than Stripe's:
 // the IETF draft's conformance suites and several peers send
 // Idempotency-Replayed, others X-Idempotent-Replay. Every adapter and the
-// published policy (Policy, OpenAPI) use it; it is never stored or
+// published policy (Policy, core/openapi) use it; it is never stored or
 // replayed from a handler's response.
 //
 // Default: ReplayedHeader ("Idempotent-Replayed"). A name that is not a
