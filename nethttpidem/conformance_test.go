@@ -1,81 +1,19 @@
 package nethttpidem_test
 
 import (
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
-	"github.com/idemkit/idem/nethttpidem"
+	"github.com/idemkit/idem/nethttpidem/nethttpidemtest"
 )
-
-// adapter serves idemtest routes on an http.ServeMux, each handler wrapped
-// in the middleware, so r.Pattern gives the route template. net/http
-// handlers have no error to return (NoHandlerErrors).
-var adapter = idemtest.Adapter{
-	Name:            "nethttp",
-	NoHandlerErrors: true,
-	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
-		mw, err := nethttpidem.New(eng, suiteOptions(cfg)...)
-		if err != nil {
-			return "", err
-		}
-		mux := http.NewServeMux()
-		for _, rt := range routes {
-			mux.Handle(rt.Method+" "+rt.Path, mw(rt.Handler))
-		}
-		return startSuiteServer(t, mux, cfg), nil
-	},
-}
-
-// suiteOptions are the middleware options a suite configuration asks for.
-func suiteOptions(cfg idemtest.Config) []nethttpidem.Option {
-	var opts []nethttpidem.Option
-	if cfg.NilOptions {
-		opts = append(opts, nil, nethttpidem.WithScope(nil), nethttpidem.WithSkip(nil),
-			nethttpidem.WithRoute(nil), nethttpidem.WithErrorHandler(nil))
-	}
-	if !cfg.NoScope {
-		opts = append(opts, nethttpidem.WithScope(func(r *http.Request) (string, error) {
-			if cfg.ScopeErr != nil {
-				return "", cfg.ScopeErr
-			}
-			return r.Header.Get(idemtest.ScopeHeader), nil
-		}))
-	}
-	if cfg.SilentErrorHandler || cfg.ErrorHandlerSaw != nil {
-		opts = append(opts, nethttpidem.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error, fallback *adapterkit.Response) {
-			if cfg.ErrorHandlerSaw != nil {
-				cfg.ErrorHandlerSaw(err)
-			}
-			if !cfg.SilentErrorHandler {
-				_ = adapterkit.WriteResponse(w, fallback)
-			}
-		}))
-	}
-	return opts
-}
-
-// startSuiteServer serves h on a real listener, the server's error log
-// into cfg.Log when set, closed at the end of the test.
-func startSuiteServer(t *testing.T, h http.Handler, cfg idemtest.Config) string {
-	srv := httptest.NewUnstartedServer(h)
-	if cfg.Log != nil {
-		srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
 
 func newMemstore(*testing.T) core.Store { return memstore.New() }
 
-// TestConformance runs the idemtest suite on memstore. The suite on the
-// database stores runs in tests/nethttpidem, beside their drivers.
+// TestConformance runs the idemtest suite on memstore, with the adapter of
+// nethttpidemtest. The suite on the database stores runs in
+// tests/nethttpidem, beside their drivers, with the same adapter.
 func TestConformance(t *testing.T) {
-	idemtest.Run(t, adapter, newMemstore)
+	idemtest.Run(t, nethttpidemtest.Adapter, newMemstore)
 }

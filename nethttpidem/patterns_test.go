@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/nethttpidem"
+	"github.com/idemkit/idem/nethttpidem/nethttpidemtest"
 )
 
 // postTo sends a POST with key to url, with the Host header host when not
@@ -177,7 +178,7 @@ var wrappedMuxAdapter = idemtest.Adapter{
 	Name:            "nethttp-wrapped-mux",
 	NoHandlerErrors: true,
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
-		mw, err := nethttpidem.New(eng, suiteOptions(cfg)...)
+		mw, err := nethttpidem.New(eng, nethttpidemtest.Options(cfg)...)
 		if err != nil {
 			return "", err
 		}
@@ -185,7 +186,7 @@ var wrappedMuxAdapter = idemtest.Adapter{
 		for _, rt := range routes {
 			mux.Handle(rt.Method+" "+rt.Path, rt.Handler)
 		}
-		return startSuiteServer(t, mw(mux), cfg), nil
+		return nethttpidemtest.Serve(t, mw(mux), cfg), nil
 	},
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/echov5idem/echov5idemtest"
 	"github.com/idemkit/idem/tests/internal/mystores"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
@@ -16,7 +17,7 @@ import (
 // scenarios use unique keys and tenants, so they share one store.
 func TestConformancePostgres(t *testing.T) {
 	store, _ := pgstores.Store(t)
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+	idemtest.Run(t, echov5idemtest.Adapter, func(*testing.T) core.Store { return store })
 }
 
 // TestConformanceMySQL runs the suite on mysqlstore (MariaDB) in a database
@@ -24,5 +25,5 @@ func TestConformancePostgres(t *testing.T) {
 // store.
 func TestConformanceMySQL(t *testing.T) {
 	store := mystores.Store(t)
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+	idemtest.Run(t, echov5idemtest.Adapter, func(*testing.T) core.Store { return store })
 }

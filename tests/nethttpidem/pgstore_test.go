@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/nethttpidem/nethttpidemtest"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
 
@@ -12,5 +13,5 @@ import (
 // scenarios use unique keys and tenants, so they share one store.
 func TestConformancePostgres(t *testing.T) {
 	store, _ := pgstores.Store(t)
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+	idemtest.Run(t, nethttpidemtest.Adapter, func(*testing.T) core.Store { return store })
 }

@@ -1,9 +1,4 @@
-// Package nethttpidem_test runs the idemtest conformance suite for
-// nethttpidem on the database stores (pgstore, mysqlstore, sqlitestore),
-// whose drivers the root module does not require. Every other test of the
-// net/http adapter, the suite on memstore included, lives beside the code
-// in nethttpidem.
-package nethttpidem_test
+package nethttpidemtest
 
 import (
 	"log"
@@ -17,17 +12,14 @@ import (
 	"github.com/idemkit/idem/nethttpidem"
 )
 
-// adapter serves idemtest routes on an http.ServeMux, each handler wrapped
+// Adapter serves idemtest routes on an http.ServeMux, each handler wrapped
 // in the middleware, so r.Pattern gives the route template. net/http
 // handlers have no error to return (NoHandlerErrors).
-//
-// It is a copy of the adapter in nethttpidem/conformance_test.go (test
-// files cannot be imported); keep the two in step.
-var adapter = idemtest.Adapter{
+var Adapter = idemtest.Adapter{
 	Name:            "nethttp",
 	NoHandlerErrors: true,
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
-		mw, err := nethttpidem.New(eng, suiteOptions(cfg)...)
+		mw, err := nethttpidem.New(eng, Options(cfg)...)
 		if err != nil {
 			return "", err
 		}
@@ -35,18 +27,14 @@ var adapter = idemtest.Adapter{
 		for _, rt := range routes {
 			mux.Handle(rt.Method+" "+rt.Path, mw(rt.Handler))
 		}
-		srv := httptest.NewUnstartedServer(mux)
-		if cfg.Log != nil {
-			srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
-		}
-		srv.Start()
-		t.Cleanup(srv.Close)
-		return srv.URL, nil
+		return Serve(t, mux, cfg), nil
 	},
 }
 
-// suiteOptions are the middleware options a suite configuration asks for.
-func suiteOptions(cfg idemtest.Config) []nethttpidem.Option {
+// Options are the middleware options a suite configuration asks for: the
+// scope from idemtest.ScopeHeader (or cfg.ScopeErr), the error handler
+// cfg asks to see or silence, and nil options (cfg.NilOptions).
+func Options(cfg idemtest.Config) []nethttpidem.Option {
 	var opts []nethttpidem.Option
 	if cfg.NilOptions {
 		opts = append(opts, nil, nethttpidem.WithScope(nil), nethttpidem.WithSkip(nil),
@@ -71,4 +59,17 @@ func suiteOptions(cfg idemtest.Config) []nethttpidem.Option {
 		}))
 	}
 	return opts
+}
+
+// Serve serves h on a real listener, the server's error log into cfg.Log
+// when set, closed when the test ends, and returns its base URL.
+func Serve(t *testing.T, h http.Handler, cfg idemtest.Config) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	if cfg.Log != nil {
+		srv.Config.ErrorLog = log.New(cfg.Log, "", 0)
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

@@ -1,4 +1,4 @@
-package echov5idem_test
+package echov5idemtest
 
 import (
 	"fmt"
@@ -15,12 +15,10 @@ import (
 	"github.com/idemkit/idem/echov5idem"
 )
 
-// adapter serves the suite's routes the way an Echo v5 app would: each
+// Adapter serves the suite's routes the way an Echo v5 app would: each
 // route with the idem middleware, the neutral handler mounted by
-// echo.WrapHandler. It is a copy of the one in
-// echov5idem/conformance_test.go, which runs the suite on memstore; keep
-// them in step.
-var adapter = idemtest.Adapter{
+// echo.WrapHandler, on a real listener.
+var Adapter = idemtest.Adapter{
 	Name:         "echov5",
 	FrameworkLog: true,
 	ServeConfig: func(t *testing.T, eng *core.Engine, routes []idemtest.Route, cfg idemtest.Config) (string, error) {
