@@ -13,7 +13,7 @@
 //
 //	-addr 127.0.0.1:8080        listen address (port 0: any free port; the
 //	                            "listening" log line tells which)
-//	-framework nethttp          nethttp | gin | echo | fiber
+//	-framework nethttp          nethttp | gin | echo | echov5 | fiber | fiberv3
 //	-dsn URL                    default $DATABASE_URL; empty: the SQLite default
 //	                            above. sqlite://PATH: sqlitestore in
 //	                            transactional mode on that file, the ledger
@@ -120,7 +120,9 @@ var frameworks = map[string]serveFunc{
 	"nethttp": serveNetHTTP,
 	"gin":     serveGin,
 	"echo":    serveEcho,
+	"echov5":  serveEchoV5,
 	"fiber":   serveFiber,
+	"fiberv3": serveFiberV3,
 }
 
 // app is what every framework mounts.
@@ -444,10 +446,10 @@ func schemaFromSearchPath(sp string) string {
 }
 
 // readTimeout bounds reading a request, headers and body, on every server
-// (fiber's ReadTimeout, net/http's ReadHeaderTimeout and ReadTimeout): a
-// client that sends slowly is cut off after it (TestSlowBodies), and on
-// fiber a connection that never sends a request stops holding a graceful
-// shutdown (TestShutdownWithSilentConnection).
+// (fiber's ReadTimeout, v2 and v3, net/http's ReadHeaderTimeout and
+// ReadTimeout): a client that sends slowly is cut off after it
+// (TestSlowBodies), and on fiber a connection that never sends a request
+// stops holding a graceful shutdown (TestShutdownWithSilentConnection).
 const readTimeout = 5 * time.Second
 
 // serveHTTP serves h on ln until ctx is done, then shuts down gracefully:

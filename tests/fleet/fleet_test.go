@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/gofiber/fiber/v2"
+	fiberv3 "github.com/gofiber/fiber/v3"
 	"github.com/labstack/echo/v4"
 	echov5 "github.com/labstack/echo/v5"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/echov5idem"
 	"github.com/idemkit/idem/fiberidem"
+	"github.com/idemkit/idem/fiberv3idem"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/nethttpidem"
 	"github.com/idemkit/idem/tests/internal/pgstores"
@@ -174,6 +176,36 @@ func serveFiber(t *testing.T, eng *core.Engine, a *app) server {
 	return server{"fiber", "http://" + ln.Addr().String()}
 }
 
+func serveFiberV3(t *testing.T, eng *core.Engine, a *app) server {
+	mw, err := fiberv3idem.New(eng, fiberv3idem.WithScope(func(c fiberv3.Ctx) (string, error) { return c.Get(userHeader), nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(c fiberv3.Ctx) error {
+		status, ct, loc, body := a.answer("fiberv3", c.Path(), c.Get("X-Block") != "")
+		c.Set("Content-Type", ct)
+		c.Set("Location", loc)
+		return c.Status(status).Send(body)
+	}
+	f := fiberv3.New(fiberv3.Config{ReadTimeout: 5 * time.Second})
+	f.Post("/v1/payments", mw, h)
+	f.Post("/v1/orders/:id/confirm", mw, h)
+	f.Post("/v1/files/*", mw, h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Listener(ln, fiberv3.ListenConfig{DisableStartupMessage: true}) }()
+	t.Cleanup(func() {
+		if err := f.ShutdownWithTimeout(10 * time.Second); err != nil {
+			t.Errorf("fiber v3 shutdown: %v", err)
+		}
+		<-done
+	})
+	return server{"fiberv3", "http://" + ln.Addr().String()}
+}
+
 type result struct {
 	status int
 	header http.Header
@@ -223,9 +255,9 @@ func sameAnswer(t *testing.T, what string, first, replay result) {
 }
 
 // adapters start one instance of each adapter, in the fleet tests.
-var adapters = []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveEchoV5, serveFiber}
+var adapters = []func(*testing.T, *core.Engine, *app) server{serveNetHTTP, serveGin, serveEcho, serveEchoV5, serveFiber, serveFiberV3}
 
-// TestFleet: the five adapters (echo v4 and v5 apart), each with its own
+// TestFleet: the six adapters (echo and fiber each in two majors), each with its own
 // engine as separate instances would have, on one PostgreSQL schema,
 // serving a static route, one with a path parameter and a catch-all,
 // registered in each framework's syntax.

@@ -173,7 +173,7 @@ func check(t *testing.T, all map[string]listed, fset *token.FileSet, path string
 // embedding, interfaces and receiver names do not hide a use
 // (TestFlowCheckCatchesEvasions shows it).
 func TestAdaptersHoldNoFlow(t *testing.T) {
-	adapters := []string{"nethttpidem", "ginidem", "echoidem", "echov5idem", "fiberidem", "grpcidem"}
+	adapters := []string{"nethttpidem", "ginidem", "echoidem", "echov5idem", "fiberidem", "fiberv3idem", "grpcidem"}
 	var pkgs []string
 	for _, a := range adapters {
 		pkgs = append(pkgs, "github.com/idemkit/idem/"+a)

@@ -19,16 +19,16 @@ import (
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
-// TestFleetProcesses: four examples/payments processes, one per
+// TestFleetProcesses: six examples/payments processes, one per
 // -framework, on one -dsn (a fresh schema). A payment first made through
 // each is replayed byte-identically by every other, and a duplicate sent
 // through another framework while the first is still talking to the
-// (slow) provider gets 409, never 422. Ports 15401-15404 (this test's own).
+// (slow) provider gets 409, never 422. Ports 15401-15406 (this test's own).
 func TestFleetProcesses(t *testing.T) {
 	bin := buildPayments(t)
 	pool := pgstoretest.Pool(t)
 	dsn := schemaDSN(t, pgstoretest.Schema(t, pool))
-	frameworks := []string{"nethttp", "gin", "echo", "fiber"}
+	frameworks := []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3"}
 	bases := make([]string, len(frameworks))
 	for i, fw := range frameworks {
 		// The first instance's provider is slow, for the in-flight case.
