@@ -157,8 +157,8 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 	}
 	d, err := e.Decide(ctx, Request{
 		Method: storekit.CallMethod, Route: req.Name, Target: req.Name,
-		Header:    http.Header{e.cfg.header: {req.Key}},
-		BodyBytes: input, Scope: req.Scope, call: true,
+		Header: http.Header{e.cfg.header: {req.Key}},
+		Body:   adapterkit.BodyBytes(func() []byte { return input }), Scope: req.Scope, call: true,
 	})
 	if err != nil {
 		return CallResult{}, &CallError{Problem: ProblemStoreUnavailable, Err: err}

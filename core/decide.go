@@ -22,8 +22,10 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	method := strings.ToUpper(req.Method)
 	claimRoute := adapterkit.CanonicalRoute(req.Route)
 	route := claimRoute // what events and logs name: a template, never a client's path
-	if req.RouteIsPath {
-		route = ""
+	if req.Route == "" {
+		// No template: the path stands in for it in the record.
+		path, _, _ := strings.Cut(req.Target, "?")
+		claimRoute = adapterkit.CanonicalRoute(path)
 	}
 	key, scope, early := e.admit(ctx, &req, method, route)
 	if early != nil {
@@ -110,11 +112,14 @@ func (e *Engine) requestBody(ctx context.Context, req *Request, key, route strin
 		tooLarge bool
 		err      error
 	)
-	inMemory := req.BodyBytes
-	if req.BodyBytesFunc != nil {
-		// Asked only now, after every check above: nothing is read for a
-		// request refused or let through.
-		if inMemory = req.BodyBytesFunc(); inMemory == nil {
+	// Read (or asked for) only now, after every check above: nothing is
+	// read for a request refused or let through.
+	var inMemory []byte
+	if bb, ok := req.Body.(adapterkit.BodyBytes); ok {
+		if bb != nil {
+			inMemory = bb()
+		}
+		if inMemory == nil {
 			inMemory = []byte{}
 		}
 	}

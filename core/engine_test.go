@@ -302,16 +302,18 @@ func TestDecideBodyBytes(t *testing.T) {
 	s := &countingStore{Store: memstore.New()}
 	eng := newEngine(t, s, core.WithMaxRequestBytes(10))
 	over := request("k", "")
-	over.Body, over.BodyBytes = nil, []byte("01234567890")
+	over.Body = adapterkit.BodyBytes(func() []byte { return []byte("01234567890") })
 	requireProblem(t, decide(t, eng, over), http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge)
 	assert.Zero(t, s.claims.Load(), "nothing is claimed for a refused body")
 
 	buf := []byte("0123456789")
 	req := request("k", "")
-	req.Body, req.BodyBytes = strings.NewReader("ignored"), buf
+	req.Body = adapterkit.BodyBytes(func() []byte { return buf })
 	d := proceed(t, eng, req)
 	assert.Nil(t, d.Body, "the framework gives the handler its body")
 	assert.False(t, d.BodyRead, "Body was not read")
+	_, err := req.Body.Read(make([]byte, 1))
+	assert.Error(t, err, "a BodyBytes is called, not read")
 	copy(buf, "XXXXXXXXXX") // the framework reuses its buffer
 	require.NoError(t, eng.Commit(context.Background(), d, created(`{}`)))
 
@@ -320,7 +322,7 @@ func TestDecideBodyBytes(t *testing.T) {
 	again := decide(t, eng, request("k", "0123456789"))
 	assert.Equal(t, core.Replay, again.Outcome)
 	other := request("k", "")
-	other.Body, other.BodyBytes = nil, []byte("XXXXXXXXXX")
+	other.Body = adapterkit.BodyBytes(func() []byte { return []byte("XXXXXXXXXX") })
 	requireProblem(t, decide(t, eng, other), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
 }
 

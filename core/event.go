@@ -35,7 +35,7 @@ type Event struct {
 	// count is what tells when keys can be required.
 	Problem  string
 	Scope    string
-	Route    string        // canonical route template (see adapterkit.CanonicalRoute); "" when the request's route was its path (Request.RouteIsPath)
+	Route    string        // canonical route template (see adapterkit.CanonicalRoute); "" when the request had none (its path stood in, Request.Route)
 	Status   int           // response status, when there is one
 	Duration time.Duration // time spent in the store call(s)
 	// Err is the cause of a failure: a store error, a scope function's

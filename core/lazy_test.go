@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/memstore"
 )
 
-// TestDecideAsksLazily: Request.BodyBytesFunc is called only for a request
+// TestDecideAsksLazily: an adapterkit.BodyBytes body is called only for a request
 // idem protects once the method, route, key and scope checks pass, and
 // Request.NoRoute only for a protected method; a request no route matches
 // is a Bypass with nothing recorded, whatever its key.
@@ -31,7 +32,7 @@ func TestDecideAsksLazily(t *testing.T) {
 		noRoute  bool
 		want     core.Outcome
 		problem  string
-		body     bool // BodyBytesFunc called
+		body     bool // the BodyBytes called
 		asked    bool // NoRoute called
 		recorded int
 	}{
@@ -47,9 +48,9 @@ func TestDecideAsksLazily(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var body, asked bool
 			req := core.Request{Method: tc.method, Route: "/pay", Target: "/pay", ScopeFunc: tc.scope,
-				Header:        http.Header{},
-				BodyBytesFunc: func() []byte { body = true; return []byte("0123456789") },
-				NoRoute:       func() bool { asked = true; return tc.noRoute },
+				Header:  http.Header{},
+				Body:    adapterkit.BodyBytes(func() []byte { body = true; return []byte("0123456789") }),
+				NoRoute: func() bool { asked = true; return tc.noRoute },
 			}
 			if tc.key != "" {
 				req.Header.Set("Idempotency-Key", tc.key)
@@ -69,9 +70,9 @@ func TestDecideAsksLazily(t *testing.T) {
 			}
 		})
 	}
-	// Within the limit, the body from BodyBytesFunc is the one fingerprinted.
+	// Within the limit, the BodyBytes' bytes are the ones fingerprinted.
 	req := core.Request{Method: http.MethodPost, Route: "/pay", Target: "/pay", Scope: "u",
-		Header: http.Header{"Idempotency-Key": {"k5"}}, BodyBytesFunc: func() []byte { return []byte("abc") }}
+		Header: http.Header{"Idempotency-Key": {"k5"}}, Body: adapterkit.BodyBytes(func() []byte { return []byte("abc") })}
 	d, err := eng.Decide(ctx, req)
 	if err != nil || d.Outcome != core.Proceed || d.BodyRead {
 		t.Fatalf("decision %v %v BodyRead=%v, want proceed without a body to hand back", d.Outcome, err, d.BodyRead)
@@ -82,6 +83,6 @@ func TestDecideAsksLazily(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := core.Fingerprint(core.FingerprintInput{Method: http.MethodPost, Route: "/pay", Target: "/pay", Body: []byte("abc")}); rec.Fingerprint != want {
-		t.Errorf("fingerprint %s, want %s (of BodyBytesFunc's bytes)", rec.Fingerprint, want)
+		t.Errorf("fingerprint %s, want %s (of the BodyBytes' bytes)", rec.Fingerprint, want)
 	}
 }

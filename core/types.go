@@ -56,16 +56,14 @@ var (
 // Request is what an adapter hands to Decide.
 type Request struct {
 	Method string
-	// Route is the route template ("/v1/payments/:id"), or the path when the
-	// framework has none. It is part of the fingerprint.
+	// Route is the route template ("/v1/payments/:id", in any framework's
+	// spelling: see adapterkit.CanonicalRoute). It is part of the
+	// fingerprint. Empty when the adapter could not learn it (the
+	// middleware wraps a handler that routes after it): the path of Target
+	// is fingerprinted in its place, and events (Event.Route) and log lines
+	// name no route, since a path chosen by the client must not become a
+	// metric label, one series per path.
 	Route string
-	// RouteIsPath says Route is the request path, not a template: the
-	// adapter could not learn the route (the middleware wraps a handler
-	// that routes after it, or no route matched). The path is fingerprinted
-	// as usual, but events (Event.Route) and log lines name no route: a
-	// path chosen by the client must not become a metric label, one series
-	// per path.
-	RouteIsPath bool
 	// Target is the request target as received, path and query
 	// (r.URL.RequestURI()). It is part of the fingerprint, so one key reused
 	// on /orders/1/confirm and /orders/2/confirm is refused (422) rather than
@@ -80,23 +78,15 @@ type Request struct {
 	// read any header from Header; for it, the engine fills Header from
 	// HeaderReader's Header() http.Header method if it has one.
 	HeaderReader adapterkit.HeaderReader
-	// Body is read by Decide (up to the request limit) for the fingerprint;
-	// the adapter gives the handler Decision.Body instead. May be nil.
+	// Body is the request body as received (not decoded: a gzip body is
+	// hashed compressed, as every adapter hashes the bytes on the wire).
+	// Decide reads it, up to the request limit, only for a request it
+	// protects, after the method, route, key and scope checks; the adapter
+	// then gives the handler Decision.Body. An adapterkit.BodyBytes (a body
+	// the framework holds in memory, fasthttp) is hashed in place instead,
+	// never kept: the handler reads the body from the framework as usual,
+	// and Decision.Body is nil, BodyRead false. May be nil.
 	Body io.Reader
-	// BodyBytes, when not nil, is the whole body already in memory (fasthttp
-	// holds it): Decide hashes it in place instead of reading Body, and keeps
-	// no reference to it once it returns, so it may alias the framework's
-	// buffer. The framework still gives the handler its body: Decision.Body
-	// is then nil and BodyRead false. Over the request limit it is refused
-	// (413) as a Body would be.
-	BodyBytes []byte
-	// BodyBytesFunc, when not nil, returns the whole body as received (not
-	// decoded: a gzip body is hashed compressed, as every adapter hashes
-	// the bytes on the wire), for frameworks that hold it in memory
-	// (fasthttp). Decide calls it only for a request it protects, after the
-	// method, route, key and scope checks, so nothing is read for a request
-	// it refuses or lets pass; it is then used as BodyBytes is.
-	BodyBytesFunc func() []byte
 	// NoRoute, when not nil, reports that no route of the application
 	// matches the request (the framework will answer 404 or 405 itself).
 	// Decide asks it only for a method it protects, before anything else:

@@ -102,11 +102,9 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 				return next(c)
 			}
 			r := c.Request()
-			route, isPath := c.Path(), false
-			if route == "" {
-				route, isPath = r.URL.Path, true
-			}
-			req := core.Request{Method: r.Method, Route: route, RouteIsPath: isPath, Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body,
+			// c.Path() is "" before routing (Echo#Pre) or when nothing
+			// matched: the path then stands in for the route.
+			req := core.Request{Method: r.Method, Route: c.Path(), Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body,
 				NoRoute: func() bool { return !routed(c) }}
 			if r.Body != nil && r.Body != http.NoBody {
 				req.Body = bodyLimitReader{r.Body}

@@ -45,10 +45,8 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 			r := c.Request()
 			req := core.Request{Method: r.Method, Route: c.Path(), Target: r.URL.RequestURI(), Header: r.Header, Body: r.Body,
 				NoRoute: func() bool { return !routed(c) }}
-			if req.Route == "" {
-				// Not routed yet (Echo#Pre) or nothing matched: the path.
-				req.Route, req.RouteIsPath = r.URL.Path, true
-			}
+			// c.Path() is "" before routing (Echo#Pre) or when nothing
+			// matched: the path then stands in for the route.
 			if r.Body != nil && r.Body != http.NoBody {
 				req.Body = bodyLimitReader{r.Body}
 			}

@@ -77,26 +77,24 @@ type middleware struct {
 	maxBody int64
 }
 
-// defaultRoute returns the route, and whether it is the request path
-// rather than a template (core.Request.RouteIsPath).
-func defaultRoute(c *fiber.Ctx) (string, bool) {
+// defaultRoute returns the route template, or "" when fiber does not say
+// which route will serve the request: the path then stands in for it
+// (core.Request.Route).
+func defaultRoute(c *fiber.Ctx) string {
 	r := c.Route()
-	path := c.Path()
 	// A route registered with app.Use or Group.Use matches a prefix of the
 	// path ("/" or "/v1" for "/v1/payments"): it is the middleware's route,
 	// not the handler's, and fiber does not say which one it is. A template
 	// with as many segments as the path matched it whole and is the
 	// handler's; one with fewer is a Use prefix, and so is fiber's stand-in
 	// route without handlers. Wildcard templates ("/files/*") are trusted.
-	// The fallback is the request path, copied: c.Path() aliases the request
-	// buffer.
 	if r == nil || len(r.Handlers) == 0 {
-		return strings.Clone(path), true
+		return ""
 	}
-	if segments(r.Path) == segments(path) || strings.ContainsAny(r.Path, "*+") {
-		return r.Path, false // owned by the app, stable
+	if segments(r.Path) == segments(c.Path()) || strings.ContainsAny(r.Path, "*+") {
+		return r.Path // owned by the app, stable
 	}
-	return strings.Clone(path), true
+	return ""
 }
 
 // useField is the index of fiber.Route's unexported "use" flag (a route
@@ -162,19 +160,15 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	if m.cfg.skip != nil && m.cfg.skip(c) {
 		return c.Next()
 	}
-	var (
-		route  string
-		isPath bool
-	)
+	var route string
 	if m.cfg.route != nil {
 		route = strings.Clone(m.cfg.route(c)) // it may alias fasthttp's buffers
 	} else {
-		route, isPath = defaultRoute(c)
+		route = defaultRoute(c)
 	}
 	req := core.Request{
-		Method:      methodOf(c),
-		Route:       route,
-		RouteIsPath: isPath,
+		Method: methodOf(c),
+		Route:  route,
 		// Hashed inside Decide, never kept: no copy needed beyond string().
 		Target: string(c.Request().RequestURI()),
 		// Read on demand: only the headers the engine needs are copied.
@@ -198,7 +192,7 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		// request it protects, once the method, key and scope checks pass.
 		// Hashed in place: Decide keeps no reference, and the handler reads
 		// the body from fiber as usual (c.Body() decoding it then).
-		req.BodyBytesFunc = c.Request().Body
+		req.Body = adapterkit.BodyBytes(c.Request().Body)
 	}
 	if m.cfg.scope != nil {
 		scope := m.cfg.scope

@@ -29,7 +29,7 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error, fallba
 type config struct {
 	scope   func(*http.Request) (string, error)
 	skip    func(*http.Request) bool
-	route   func(*http.Request) string // nil: the default (defaultRoute)
+	route   func(*http.Request) string // nil: r.Pattern, or the mux's pattern
 	onError ErrorHandler
 }
 
@@ -62,8 +62,8 @@ func WithSkip(f func(*http.Request) bool) Option {
 // Default: r.Pattern, set by the router that routed the request before the
 // middleware ran (http.ServeMux, whose method and host prefix are dropped;
 // chi on a route, see New), or, around a whole *http.ServeMux, the pattern
-// the mux will route to; else r.URL.Path, which observers are not told
-// (core.Request.RouteIsPath).
+// the mux will route to; else none: the path is recorded in its place,
+// and observers are not told it (core.Request.Route).
 //
 // Mounted on a chi router with r.Use, before chi routes, ask the router
 // (and skip the requests it has no route for, which chi answers 404 or
@@ -93,15 +93,6 @@ func WithErrorHandler(h ErrorHandler) Option {
 			c.onError = h
 		}
 	})
-}
-
-// defaultRoute is the pattern of the router that routed r (r.Pattern:
-// ServeMux, chi), escaped for adapterkit.CanonicalRoute, else the path.
-func defaultRoute(r *http.Request) string {
-	if r.Pattern != "" {
-		return routerPattern(r.Pattern)
-	}
-	return r.URL.Path
 }
 
 // routerPattern escapes a router's pattern for adapterkit.CanonicalRoute, which
@@ -217,18 +208,13 @@ func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, err
 				} else if ok {
 					req.Route = routerPattern(pattern)
 				}
-				if req.Route == "" {
-					req.Route, req.RouteIsPath = r.URL.Path, true
-				}
 			case cfg.route != nil:
-				if req.Route = cfg.route(r); req.Route == "" {
-					req.Route, req.RouteIsPath = r.URL.Path, true // no route found
-				}
-			default:
-				// No pattern: the middleware wraps a handler that routes
-				// after it (not a ServeMux); the route is the path.
-				req.Route, req.RouteIsPath = defaultRoute(r), r.Pattern == ""
+				req.Route = cfg.route(r) // "": no route found, the path stands in
+			case r.Pattern != "":
+				req.Route = routerPattern(r.Pattern)
 			}
+			// Else no pattern: the middleware wraps a handler that routes
+			// after it (not a ServeMux); the path stands in for the route.
 			if cfg.scope != nil {
 				req.ScopeFunc = func(context.Context) (string, error) { return cfg.scope(r) }
 			}

@@ -28,7 +28,7 @@
 // the error (key redacted) on failure.
 //
 // http.route on metrics is the matched route template only: a request
-// whose route is its raw path (core.Request.RouteIsPath: the middleware
+// whose route is its raw path (core.Request.Route empty: the middleware
 // wraps a whole mux, or no route matched) has no http.route, so that paths
 // chosen by unauthenticated clients cannot create one series each.
 //

@@ -3,6 +3,7 @@ package adapterkit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 )
@@ -93,4 +94,17 @@ func (d *Proceed) RestoreBody(r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
+
+// BodyBytes is a request body the framework already holds in memory
+// (fasthttp): set as core.Request.Body, it is hashed in place, without a
+// copy, and called only for a request the engine protects. The engine
+// keeps no reference to the bytes once Decide returns, so they may alias
+// the framework's buffer. It is an io.Reader only to fit Request.Body: the
+// engine calls the function, and Read always fails.
+type BodyBytes func() []byte
+
+// Read fails: a BodyBytes is called, not read.
+func (BodyBytes) Read([]byte) (int, error) {
+	return 0, errors.New("adapterkit: a BodyBytes body is called for its bytes, not read")
 }
