@@ -88,9 +88,7 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		req.Route = strings.Clone(m.cfg.route(c)) // it may alias fasthttp's buffers
 	case routed:
 		req.Route = c.Route().Path // owned by the app, stable
-	default:
-		req.Route, req.RouteIsPath = strings.Clone(c.Path()), true
-	}
+	} // else none: the path stands in (core.Request.Route)
 	if !routed {
 		req.NoRoute = func() bool { return !routeFor(c) }
 	}
@@ -105,7 +103,7 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		// compressed body without bound: every adapter fingerprints the
 		// bytes on the wire. Hashed in place, only for a request the
 		// engine protects.
-		req.BodyBytesFunc = c.Request().Body
+		req.Body = adapterkit.BodyBytes(c.Request().Body)
 	}
 	if scope := m.cfg.scope; scope != nil {
 		req.ScopeFunc = func(context.Context) (string, error) {
