@@ -75,7 +75,7 @@
 //	GET  /v1/payments   X-User-ID -> 200, that user's ledger rows (JSON array)
 //	GET  /healthz       -> 200
 //	GET  /openapi.json  -> 200, this API as OpenAPI 3.1, with the idempotency
-//	                    policy the engine runs with (core.Engine.OpenAPI)
+//	                    policy the engine runs with (openapi.New(eng.Policy()))
 //
 // The external provider protocol: POST {provider-url}/v1/charges with header
 // Idempotency-Key = core.RelayKey(ctx, "charge") and body
