@@ -22,10 +22,10 @@ import (
 func TestRequestBodyTooLarge(t *testing.T) {
 	s := newServer(t, nil, core.WithMaxRequestBytes(8))
 	var runs atomic.Int32
-	s.e.POST("/x", func(c echo.Context) error { runs.Add(1); return c.NoContent(204) }, mw(s.eng))
-	s.start()
-	r := s.do("POST", "/x", "k", `{"far":"too large"}`)
-	if assert.Equal(t, http.StatusRequestEntityTooLarge, r.status, "got %v", r) {
+	s.E.POST("/x", func(c echo.Context) error { runs.Add(1); return c.NoContent(204) }, mw(s.Eng))
+	s.Start()
+	r := s.Do("POST", "/x", "k", `{"far":"too large"}`)
+	if assert.Equal(t, http.StatusRequestEntityTooLarge, r.Status, "got %v", r) {
 		assert.Equal(t, core.ProblemBodyTooLarge, problemType(t, r))
 	}
 	assert.Zero(t, runs.Load(), "handler runs")

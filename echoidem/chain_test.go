@@ -37,7 +37,7 @@ func TestContextBodyAndEchoState(t *testing.T) {
 		defer mu.Unlock()
 		return outer
 	}
-	s.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+	s.E.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			c.Response().Header().Set(echo.HeaderXRequestID, "rid-1")
 			err := next(c)
@@ -48,7 +48,7 @@ func TestContextBodyAndEchoState(t *testing.T) {
 			return err
 		}
 	})
-	s.e.POST("/items/:id", func(c echo.Context) error {
+	s.E.POST("/items/:id", func(c echo.Context) error {
 		key, ok := core.KeyFromContext(c.Request().Context())
 		if !ok {
 			return c.String(http.StatusInternalServerError, "no lease in context")
@@ -59,31 +59,31 @@ func TestContextBodyAndEchoState(t *testing.T) {
 		}
 		rid := c.Response().Header().Get(echo.HeaderXRequestID)
 		return c.String(http.StatusCreated, key+"|"+c.Param("id")+"|"+string(body)+"|"+rid)
-	}, mw(s.eng))
-	s.e.POST("/empty", func(echo.Context) error { return nil }, mw(s.eng))
-	s.start()
+	}, mw(s.Eng))
+	s.E.POST("/empty", func(echo.Context) error { return nil }, mw(s.Eng))
+	s.Start()
 
-	r := s.do("POST", "/items/42", "the-key", `{"a":1}`)
-	require.Equal(t, http.StatusCreated, r.status, "handler saw: %v", r)
-	require.Equal(t, `the-key|42|{"a":1}|rid-1`, string(r.body), "handler saw")
-	assert.Equal(t, "rid-1", r.header.Get(echo.HeaderXRequestID), "outer header")
-	want := seen{status: 201, size: int64(len(r.body)), committed: true}
+	r := s.Do("POST", "/items/42", "the-key", `{"a":1}`)
+	require.Equal(t, http.StatusCreated, r.Status, "handler saw: %v", r)
+	require.Equal(t, `the-key|42|{"a":1}|rid-1`, string(r.Body), "handler saw")
+	assert.Equal(t, "rid-1", r.Header.Get(echo.HeaderXRequestID), "outer header")
+	want := seen{status: 201, size: int64(len(r.Body)), committed: true}
 	assert.Equal(t, want, outerSaw(), "outer middleware after first")
-	rec, err := s.store.Get(context.Background(), "", "the-key")
+	rec, err := s.Store.Get(context.Background(), "", "the-key")
 	if assert.NoError(t, err) {
 		assert.Equal(t, "/items/{id}", rec.Route, "stored route: the canonical template")
 	}
 	// Replay through echo's writer: outer middleware sees it as usual.
-	replay := s.do("POST", "/items/42", "the-key", `{"a":1}`)
+	replay := s.Do("POST", "/items/42", "the-key", `{"a":1}`)
 	sameAsFirst(t, r, replay)
-	assert.Equal(t, "rid-1", replay.header.Get(echo.HeaderXRequestID), "replay lost the outer header")
+	assert.Equal(t, "rid-1", replay.Header.Get(echo.HeaderXRequestID), "replay lost the outer header")
 	assert.Equal(t, want, outerSaw(), "outer middleware after replay")
 
 	// A handler that writes nothing: idem sends the empty 200 itself, and
 	// echo must know the response is committed (or an outer middleware or
 	// the error handler would write a second one).
-	r = s.do("POST", "/empty", "empty-key", "")
-	assert.Equal(t, http.StatusOK, r.status, "empty: client %v", r)
-	assert.Empty(t, r.body, "empty: client %v", r)
+	r = s.Do("POST", "/empty", "empty-key", "")
+	assert.Equal(t, http.StatusOK, r.Status, "empty: client %v", r)
+	assert.Empty(t, r.Body, "empty: client %v", r)
 	assert.Equal(t, seen{status: 200, committed: true}, outerSaw(), "empty: outer middleware")
 }

@@ -20,12 +20,12 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	s := newServer(t, nil)
 	var runs atomic.Int32
 	release := make(chan struct{})
-	s.e.POST("/v1/payments", func(c echo.Context) error {
+	s.E.POST("/v1/payments", func(c echo.Context) error {
 		runs.Add(1)
 		<-release
 		return c.JSON(http.StatusCreated, map[string]string{"id": "p_1"})
-	}, mw(s.eng))
-	s.start()
+	}, mw(s.Eng))
+	s.Start()
 	releaseOwner := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOwner) // before the server closes, on failure too
 
@@ -36,9 +36,9 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			<-start
-			r, err := s.send("POST", "/v1/payments", "dup", `{"amount":1000}`)
+			r, err := s.Send("POST", "/v1/payments", "dup", `{"amount":1000}`)
 			if !assert.NoError(t, err, "request") {
-				r = &result{status: -1}
+				r = &result{Status: -1}
 			}
 			results <- r
 		})
@@ -59,12 +59,12 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 		case <-deadline:
 			require.FailNow(t, "timed out", "after %d responses", i)
 		}
-		switch r.status {
+		switch r.Status {
 		case http.StatusCreated:
 			created++
 		case http.StatusConflict:
 			conflict++
-			assert.NotEmpty(t, r.header.Get("Retry-After"), "409 without Retry-After")
+			assert.NotEmpty(t, r.Header.Get("Retry-After"), "409 without Retry-After")
 		default:
 			other++
 			assert.Fail(t, "unexpected response", "%v", r)

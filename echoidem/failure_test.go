@@ -24,23 +24,23 @@ import (
 func TestPlainErrorIsRetryable(t *testing.T) {
 	s := newServer(t, nil)
 	var runs atomic.Int32
-	s.e.POST("/v1/payments", func(c echo.Context) error {
+	s.E.POST("/v1/payments", func(c echo.Context) error {
 		if runs.Add(1) == 1 {
 			return errors.New("x")
 		}
 		return c.JSON(http.StatusCreated, map[string]string{"id": "p_1"})
-	}, mw(s.eng))
-	s.start()
+	}, mw(s.Eng))
+	s.Start()
 
-	first := s.do("POST", "/v1/payments", "k", `{"amount":1}`)
-	require.Equal(t, http.StatusInternalServerError, first.status, "first: %v", first)
-	require.False(t, isReplay(first), "first: %v", first)
-	assert.Contains(t, string(first.body), "Internal Server Error", "first body is echo's 500")
-	second := s.do("POST", "/v1/payments", "k", `{"amount":1}`)
-	require.Equal(t, http.StatusCreated, second.status, "retry: %v", second)
-	require.False(t, isReplay(second), "retry: %v", second)
+	first := s.Do("POST", "/v1/payments", "k", `{"amount":1}`)
+	require.Equal(t, http.StatusInternalServerError, first.Status, "first: %v", first)
+	require.False(t, first.Replayed(), "first: %v", first)
+	assert.Contains(t, string(first.Body), "Internal Server Error", "first body is echo's 500")
+	second := s.Do("POST", "/v1/payments", "k", `{"amount":1}`)
+	require.Equal(t, http.StatusCreated, second.Status, "retry: %v", second)
+	require.False(t, second.Replayed(), "retry: %v", second)
 	assert.EqualValues(t, 2, runs.Load(), "handler runs")
-	sameAsFirst(t, second, s.do("POST", "/v1/payments", "k", `{"amount":1}`))
+	sameAsFirst(t, second, s.Do("POST", "/v1/payments", "k", `{"amount":1}`))
 }
 
 // TestPanicAnswers500AndKeyIsRetryable: a panic before anything went out is
@@ -52,7 +52,7 @@ func TestPanicAnswers500AndKeyIsRetryable(t *testing.T) {
 	var outerSawPanic atomic.Bool
 	var outerStatus atomic.Int32
 	// An outer recover, as echo's middleware.Recover would sit.
-	s.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+	s.E.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) (err error) {
 			defer func() {
 				if p := recover(); p != nil {
@@ -65,23 +65,23 @@ func TestPanicAnswers500AndKeyIsRetryable(t *testing.T) {
 			return err
 		}
 	})
-	s.e.POST("/v1/payments", func(c echo.Context) error {
+	s.E.POST("/v1/payments", func(c echo.Context) error {
 		if runs.Add(1) == 1 {
 			_ = c.JSON(http.StatusCreated, map[string]string{"half": "written"})
 			panic("boom")
 		}
 		return c.JSON(http.StatusCreated, map[string]string{"id": "p_1"})
-	}, mw(s.eng))
-	s.start()
+	}, mw(s.Eng))
+	s.Start()
 
-	first := s.do("POST", "/v1/payments", "k", `{}`)
-	require.Equal(t, http.StatusInternalServerError, first.status, "first: %v", first)
+	first := s.Do("POST", "/v1/payments", "k", `{}`)
+	require.Equal(t, http.StatusInternalServerError, first.Status, "first: %v", first)
 	require.Equal(t, core.ProblemHandlerPanic, problemType(t, first), "first: %v", first)
 	assert.False(t, outerSawPanic.Load(), "panic propagated to the outer middleware")
 	assert.EqualValues(t, http.StatusInternalServerError, outerStatus.Load(), "status the outer middleware saw")
-	second := s.do("POST", "/v1/payments", "k", `{}`)
-	require.Equal(t, http.StatusCreated, second.status, "retry: %v", second)
-	require.False(t, isReplay(second), "retry: %v", second)
+	second := s.Do("POST", "/v1/payments", "k", `{}`)
+	require.Equal(t, http.StatusCreated, second.Status, "retry: %v", second)
+	require.False(t, second.Replayed(), "retry: %v", second)
 	require.EqualValues(t, 2, runs.Load(), "handler runs")
 }
 
@@ -91,7 +91,7 @@ func TestPanicAnswers500AndKeyIsRetryable(t *testing.T) {
 func TestPanicAfterStreamingDropsConnection(t *testing.T) {
 	s := newServer(t, nil)
 	var outerSaw atomic.Value
-	s.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+	s.E.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) (err error) {
 			defer func() {
 				if p := recover(); p != nil {
@@ -102,20 +102,20 @@ func TestPanicAfterStreamingDropsConnection(t *testing.T) {
 			return next(c)
 		}
 	})
-	s.e.POST("/stream", func(c echo.Context) error {
+	s.E.POST("/stream", func(c echo.Context) error {
 		c.Response().WriteHeader(http.StatusOK)
 		_, _ = c.Response().Write([]byte("part one"))
 		c.Response().Flush()
 		panic("mid-stream")
-	}, mw(s.eng))
-	s.start()
+	}, mw(s.Eng))
+	s.Start()
 
-	_, err := s.send("POST", "/stream", "k", "")
+	_, err := s.Send("POST", "/stream", "k", "")
 	assert.Error(t, err, "a response cut by a panic arrived whole")
 	got, _ := outerSaw.Load().(string)
 	assert.Equal(t, http.ErrAbortHandler.Error(), got, "panic the outer middleware saw")
 	// The key was released: the record is failed, a retry may run again.
-	rec, err := s.store.Get(context.Background(), "", "k")
+	rec, err := s.Store.Get(context.Background(), "", "k")
 	if assert.NoError(t, err) {
 		assert.Equal(t, storekit.StatusFailed, rec.Status, "record %+v", rec)
 	}
@@ -126,15 +126,15 @@ func TestPanicAfterStreamingDropsConnection(t *testing.T) {
 // echo's Recover too (which passes http.ErrAbortHandler on).
 func TestStreamedCommitFailureCutsResponse(t *testing.T) {
 	s := newServer(t, failStore{Store: memstore.New(), finish: true})
-	s.e.Use(middleware.Recover())
-	s.e.POST("/pay", func(c echo.Context) error {
+	s.E.Use(middleware.Recover())
+	s.E.POST("/pay", func(c echo.Context) error {
 		c.Response().WriteHeader(http.StatusCreated)
 		_, _ = c.Response().Write([]byte(`{"id":"pay_1",`))
 		c.Response().Flush()
 		_, _ = c.Response().Write([]byte(`"status":"charged"}`))
 		return nil
-	}, mw(s.eng))
-	s.start()
-	r, err := s.send("POST", "/pay", "k", `{"amount":1}`)
+	}, mw(s.Eng))
+	s.Start()
+	r, err := s.Send("POST", "/pay", "k", `{"amount":1}`)
 	require.Error(t, err, "client got a complete %v for an outcome that was not recorded; want a broken response", r)
 }

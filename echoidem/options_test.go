@@ -19,26 +19,26 @@ import (
 func TestSkipLetsRequestsThrough(t *testing.T) {
 	s := newServer(t, nil)
 	var runs atomic.Int32
-	s.e.POST("/webhook", func(c echo.Context) error {
+	s.E.POST("/webhook", func(c echo.Context) error {
 		runs.Add(1)
 		return c.String(http.StatusOK, "ok")
-	}, mw(s.eng, echoidem.WithSkip(func(c echo.Context) bool {
+	}, mw(s.Eng, echoidem.WithSkip(func(c echo.Context) bool {
 		return c.Request().Header.Get("X-Internal") == "1"
 	})))
-	s.start()
+	s.Start()
 
 	// Skipped: no key needed, and a key does not deduplicate.
 	for range 2 {
-		r := s.do("POST", "/webhook", "", "", "X-Internal", "1")
-		require.Equal(t, http.StatusOK, r.status, "skipped request: %v", r)
-		r = s.do("POST", "/webhook", "same", "", "X-Internal", "1")
-		require.Equal(t, http.StatusOK, r.status, "skipped request with key: %v", r)
-		require.False(t, isReplay(r), "skipped request with key: %v", r)
+		r := s.Do("POST", "/webhook", "", "", "X-Internal", "1")
+		require.Equal(t, http.StatusOK, r.Status, "skipped request: %v", r)
+		r = s.Do("POST", "/webhook", "same", "", "X-Internal", "1")
+		require.Equal(t, http.StatusOK, r.Status, "skipped request with key: %v", r)
+		require.False(t, r.Replayed(), "skipped request with key: %v", r)
 	}
 	assert.EqualValues(t, 4, runs.Load(), "skipped handler runs")
 	// Not skipped: the key is required.
-	r := s.do("POST", "/webhook", "", "")
-	if assert.Equal(t, http.StatusBadRequest, r.status, "unskipped request without key: %v", r) {
+	r := s.Do("POST", "/webhook", "", "")
+	if assert.Equal(t, http.StatusBadRequest, r.Status, "unskipped request without key: %v", r) {
 		assert.Equal(t, core.ProblemMissingKey, problemType(t, r), "unskipped request without key")
 	}
 }
@@ -58,7 +58,7 @@ func TestScopeSeparatesTenants(t *testing.T) {
 			return next(c)
 		}
 	}
-	mw := mw(s.eng, echoidem.WithScope(func(c echo.Context) (string, error) {
+	mw := mw(s.Eng, echoidem.WithScope(func(c echo.Context) (string, error) {
 		scopeCalls.Add(1)
 		u, ok := c.Get("user").(string)
 		if !ok {
@@ -66,28 +66,28 @@ func TestScopeSeparatesTenants(t *testing.T) {
 		}
 		return u, nil
 	}))
-	s.e.POST("/pay", func(c echo.Context) error {
+	s.E.POST("/pay", func(c echo.Context) error {
 		runs.Add(1)
 		return c.String(http.StatusCreated, c.Get("user").(string))
 	}, auth, mw)
-	s.e.GET("/pay", func(c echo.Context) error { return c.String(200, "list") }, auth, mw)
-	s.start()
+	s.E.GET("/pay", func(c echo.Context) error { return c.String(200, "list") }, auth, mw)
+	s.Start()
 
-	a := s.do("POST", "/pay", "k", "", "X-User-ID", "alice")
-	b := s.do("POST", "/pay", "k", "", "X-User-ID", "bob")
-	require.Equal(t, http.StatusCreated, a.status, "alice %v", a)
-	require.Equal(t, http.StatusCreated, b.status, "bob %v", b)
-	require.Equal(t, "alice", string(a.body), "alice")
-	require.Equal(t, "bob", string(b.body), "bob")
-	require.False(t, isReplay(b), "bob got alice's replay: %v", b)
+	a := s.Do("POST", "/pay", "k", "", "X-User-ID", "alice")
+	b := s.Do("POST", "/pay", "k", "", "X-User-ID", "bob")
+	require.Equal(t, http.StatusCreated, a.Status, "alice %v", a)
+	require.Equal(t, http.StatusCreated, b.Status, "bob %v", b)
+	require.Equal(t, "alice", string(a.Body), "alice")
+	require.Equal(t, "bob", string(b.Body), "bob")
+	require.False(t, b.Replayed(), "bob got alice's replay: %v", b)
 	assert.EqualValues(t, 2, runs.Load(), "handler runs: one per tenant")
-	anon := s.do("POST", "/pay", "k", "")
-	if assert.Equal(t, http.StatusUnauthorized, anon.status, "no user: %v", anon) {
+	anon := s.Do("POST", "/pay", "k", "")
+	if assert.Equal(t, http.StatusUnauthorized, anon.Status, "no user: %v", anon) {
 		assert.Equal(t, core.ProblemScopeUnavailable, problemType(t, anon), "no user")
 	}
 	calls := scopeCalls.Load()
-	r := s.do("GET", "/pay", "", "")
-	assert.Equal(t, http.StatusOK, r.status, "GET: %v", r)
+	r := s.Do("GET", "/pay", "", "")
+	assert.Equal(t, http.StatusOK, r.Status, "GET: %v", r)
 	assert.Equal(t, calls, scopeCalls.Load(), "scope function called for a bypassed GET")
 }
 
@@ -95,13 +95,13 @@ func TestScopeSeparatesTenants(t *testing.T) {
 // engine fails instead of building a middleware that would panic.
 func TestNilEngineAndNilOptions(t *testing.T) {
 	s := newServer(t, nil)
-	s.e.POST("/opts", func(c echo.Context) error { return c.String(200, "ran") },
-		mw(s.eng, nil, echoidem.WithScope(nil), echoidem.WithSkip(nil), echoidem.WithErrorHandler(nil)))
-	s.start()
+	s.E.POST("/opts", func(c echo.Context) error { return c.String(200, "ran") },
+		mw(s.Eng, nil, echoidem.WithScope(nil), echoidem.WithSkip(nil), echoidem.WithErrorHandler(nil)))
+	s.Start()
 	m, err := echoidem.New(nil, echoidem.WithScope(func(echo.Context) (string, error) { return "u", nil }))
 	assert.Error(t, err, "New(nil)")
 	assert.Nil(t, m, "New(nil)")
-	first := s.do("POST", "/opts", "k", "")
-	require.Equal(t, http.StatusOK, first.status, "nil options: %v", first)
-	sameAsFirst(t, first, s.do("POST", "/opts", "k", ""))
+	first := s.Do("POST", "/opts", "k", "")
+	require.Equal(t, http.StatusOK, first.Status, "nil options: %v", first)
+	sameAsFirst(t, first, s.Do("POST", "/opts", "k", ""))
 }

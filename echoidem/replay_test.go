@@ -62,28 +62,28 @@ func TestNativeResponsesReplayIdentically(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t, nil)
 			var runs atomic.Int32
-			s.e.POST("/v1/payments", func(c echo.Context) error {
+			s.E.POST("/v1/payments", func(c echo.Context) error {
 				runs.Add(1)
 				return tc.handler(c)
-			}, mw(s.eng))
-			s.start()
+			}, mw(s.Eng))
+			s.Start()
 
-			first := s.do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
-			require.Equal(t, tc.status, first.status, "first: %v", first)
+			first := s.Do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
+			require.Equal(t, tc.status, first.Status, "first: %v", first)
 			if tc.name == "JSON" || tc.name == "String" {
-				c := first.header.Get("Set-Cookie")
+				c := first.Header.Get("Set-Cookie")
 				assert.True(t, strings.HasPrefix(c, "session=s3cr3t"), "first response Set-Cookie %q", c)
 			}
-			replay := s.do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
+			replay := s.Do("POST", "/v1/payments", "key-1", `{"amount":1000}`)
 			sameAsFirst(t, first, replay)
 			if tc.name == "JSON" {
-				assert.Empty(t, replay.header.Get("X-Not-Allowed"), "non-allow-listed header replayed")
-				assert.Equal(t, "/v1/payments/p_1", replay.header.Get("Location"), "replay Location")
+				assert.Empty(t, replay.Header.Get("X-Not-Allowed"), "non-allow-listed header replayed")
+				assert.Equal(t, "/v1/payments/p_1", replay.Header.Get("Location"), "replay Location")
 			}
 			assert.EqualValues(t, 1, runs.Load(), "handler runs")
 			// A different body under the same key is refused.
-			mismatch := s.do("POST", "/v1/payments", "key-1", `{"amount":50000}`)
-			if assert.Equal(t, http.StatusUnprocessableEntity, mismatch.status, "mismatch: %v", mismatch) {
+			mismatch := s.Do("POST", "/v1/payments", "key-1", `{"amount":50000}`)
+			if assert.Equal(t, http.StatusUnprocessableEntity, mismatch.Status, "mismatch: %v", mismatch) {
 				assert.Equal(t, core.ProblemPayloadMismatch, problemType(t, mismatch), "mismatch")
 			}
 		})
@@ -96,23 +96,23 @@ func TestNativeResponsesReplayIdentically(t *testing.T) {
 func TestHTTPErrorStoredAsClientSawIt(t *testing.T) {
 	s := newServer(t, nil)
 	var runs atomic.Int32
-	s.e.POST("/v1/payments", func(echo.Context) error {
+	s.E.POST("/v1/payments", func(echo.Context) error {
 		runs.Add(1)
 		return echo.NewHTTPError(http.StatusBadRequest, "bad")
-	}, mw(s.eng, tenantScope()))
-	s.start()
+	}, mw(s.Eng, tenantScope()))
+	s.Start()
 
-	first := s.do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme")
-	require.Equal(t, http.StatusBadRequest, first.status, "first: %v", first)
-	require.Equal(t, `{"message":"bad"}`, strings.TrimSpace(string(first.body)), "first")
-	rec, err := s.store.Get(context.Background(), "acme", "k")
+	first := s.Do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme")
+	require.Equal(t, http.StatusBadRequest, first.Status, "first: %v", first)
+	require.Equal(t, `{"message":"bad"}`, strings.TrimSpace(string(first.Body)), "first")
+	rec, err := s.Store.Get(context.Background(), "acme", "k")
 	require.NoError(t, err)
 	require.Equal(t, storekit.StatusCompleted, rec.Status, "record status")
 	require.NotNil(t, rec.Response, "stored response")
 	require.Equal(t, http.StatusBadRequest, rec.Response.Status, "stored status")
-	require.Equal(t, string(first.body), string(rec.Response.Body), "stored body, as the client saw it")
+	require.Equal(t, string(first.Body), string(rec.Response.Body), "stored body, as the client saw it")
 	assert.Equal(t, "/v1/payments", rec.Route, "stored route")
-	sameAsFirst(t, first, s.do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme"))
+	sameAsFirst(t, first, s.Do("POST", "/v1/payments", "k", `{}`, "X-Tenant", "acme"))
 	assert.EqualValues(t, 1, runs.Load(), "handler runs")
 }
 
@@ -120,22 +120,22 @@ func TestHTTPErrorStoredAsClientSawIt(t *testing.T) {
 // returned error, and what it wrote is what is replayed.
 func TestCustomHTTPErrorHandlerIsUsed(t *testing.T) {
 	s := newServer(t, nil)
-	s.e.HTTPErrorHandler = func(err error, c echo.Context) {
+	s.E.HTTPErrorHandler = func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
 		_ = c.String(http.StatusTeapot, "custom: "+err.Error())
 	}
 	var runs atomic.Int32
-	s.e.POST("/x", func(echo.Context) error {
+	s.E.POST("/x", func(echo.Context) error {
 		runs.Add(1)
 		return errors.New("boom")
-	}, mw(s.eng))
-	s.start()
-	first := s.do("POST", "/x", "k", "")
-	require.Equal(t, http.StatusTeapot, first.status, "first: %v", first)
-	require.Equal(t, "custom: boom", string(first.body), "first")
-	sameAsFirst(t, first, s.do("POST", "/x", "k", ""))
+	}, mw(s.Eng))
+	s.Start()
+	first := s.Do("POST", "/x", "k", "")
+	require.Equal(t, http.StatusTeapot, first.Status, "first: %v", first)
+	require.Equal(t, "custom: boom", string(first.Body), "first")
+	sameAsFirst(t, first, s.Do("POST", "/x", "k", ""))
 	assert.EqualValues(t, 1, runs.Load(), "handler runs")
 }
 
@@ -144,7 +144,7 @@ func TestCustomHTTPErrorHandlerIsUsed(t *testing.T) {
 func TestStreamedResponseIsNotRetained(t *testing.T) {
 	s := newServer(t, nil)
 	var runs atomic.Int32
-	s.e.POST("/stream", func(c echo.Context) error {
+	s.E.POST("/stream", func(c echo.Context) error {
 		runs.Add(1)
 		c.Response().Header().Set("Content-Type", "text/plain")
 		c.Response().WriteHeader(http.StatusOK)
@@ -153,13 +153,13 @@ func TestStreamedResponseIsNotRetained(t *testing.T) {
 			c.Response().Flush()
 		}
 		return nil
-	}, mw(s.eng))
-	s.start()
-	first := s.do("POST", "/stream", "k", "")
-	require.Equal(t, http.StatusOK, first.status, "first: %v", first)
-	require.Equal(t, "chunk 0\nchunk 1\nchunk 2\n", string(first.body), "first")
-	again := s.do("POST", "/stream", "k", "")
-	if assert.Equal(t, http.StatusConflict, again.status, "retry: %v", again) {
+	}, mw(s.Eng))
+	s.Start()
+	first := s.Do("POST", "/stream", "k", "")
+	require.Equal(t, http.StatusOK, first.Status, "first: %v", first)
+	require.Equal(t, "chunk 0\nchunk 1\nchunk 2\n", string(first.Body), "first")
+	again := s.Do("POST", "/stream", "k", "")
+	if assert.Equal(t, http.StatusConflict, again.Status, "retry: %v", again) {
 		assert.Equal(t, core.ProblemNotRetained, problemType(t, again), "retry")
 	}
 	assert.EqualValues(t, 1, runs.Load(), "handler runs")
@@ -172,7 +172,7 @@ func TestStreamedResponseIsNotRetained(t *testing.T) {
 func TestResponseBeforeHooks(t *testing.T) {
 	s := newServer(t, nil)
 	var hooks atomic.Int32
-	s.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+	s.E.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			c.Response().Before(func() {
 				hooks.Add(1)
@@ -181,14 +181,14 @@ func TestResponseBeforeHooks(t *testing.T) {
 			return next(c)
 		}
 	})
-	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }, mw(s.eng))
-	s.start()
-	first := s.do("POST", "/x", "k", "")
-	require.Equal(t, http.StatusCreated, first.status, "first: %v", first)
-	require.Equal(t, "hook", first.header.Get("X-Served-By"), "first: %v", first)
+	s.E.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") }, mw(s.Eng))
+	s.Start()
+	first := s.Do("POST", "/x", "k", "")
+	require.Equal(t, http.StatusCreated, first.Status, "first: %v", first)
+	require.Equal(t, "hook", first.Header.Get("X-Served-By"), "first: %v", first)
 	require.EqualValues(t, 1, hooks.Load(), "hooks run after the first response")
-	replay := s.do("POST", "/x", "k", "")
+	replay := s.Do("POST", "/x", "k", "")
 	sameAsFirst(t, first, replay)
-	assert.Equal(t, "hook", replay.header.Get("X-Served-By"), "replay: %v", replay)
+	assert.Equal(t, "hook", replay.Header.Get("X-Served-By"), "replay: %v", replay)
 	assert.EqualValues(t, 2, hooks.Load(), "hooks run after the replay")
 }

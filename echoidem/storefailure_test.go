@@ -74,20 +74,20 @@ func TestStoreFailures(t *testing.T) {
 			tc.store.Store = memstore.New()
 			s := newServer(t, tc.store)
 			var runs atomic.Int32
-			s.e.POST("/x", func(c echo.Context) error {
+			s.E.POST("/x", func(c echo.Context) error {
 				runs.Add(1)
 				c.SetCookie(&http.Cookie{Name: "a", Value: "b"})
 				return c.JSON(http.StatusCreated, map[string]int{"ok": 1})
-			}, mw(s.eng, tc.opts...))
-			s.start()
-			r := s.do("POST", "/x", "k", "")
-			require.Equal(t, tc.wantStatus, r.status, "got %v", r)
-			if strings.HasPrefix(r.header.Get("Content-Type"), "application/problem+json") {
+			}, mw(s.Eng, tc.opts...))
+			s.Start()
+			r := s.Do("POST", "/x", "k", "")
+			require.Equal(t, tc.wantStatus, r.Status, "got %v", r)
+			if strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") {
 				assert.Equal(t, tc.wantBody, problemType(t, r), "problem")
 			} else {
-				assert.Equal(t, tc.wantBody, strings.TrimSpace(string(r.body)), "body")
+				assert.Equal(t, tc.wantBody, strings.TrimSpace(string(r.Body)), "body")
 			}
-			assert.Empty(t, r.header.Get("Set-Cookie"), "discarded response leaked a header: %v", r.header)
+			assert.Empty(t, r.Header.Get("Set-Cookie"), "discarded response leaked a header: %v", r.Header)
 			assert.Equal(t, tc.wantRuns, runs.Load(), "handler runs")
 		})
 	}

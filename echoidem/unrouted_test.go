@@ -111,11 +111,11 @@ func TestPreMiddlewareProtectsByPath(t *testing.T) {
 // registered with Echo#Use.
 func TestUseWithSkipForUnmatchedRoutes(t *testing.T) {
 	s := newServer(t, nil)
-	s.e.Use(mw(s.eng, echoidem.WithSkip(func(c echo.Context) bool { return c.Path() == "" })))
-	s.e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") })
-	s.start()
-	r := s.do("POST", "/nope", "", "")
-	assert.Equal(t, http.StatusNotFound, r.status, "unrouted: %v", r)
-	first := s.do("POST", "/x", "k", "")
-	sameAsFirst(t, first, s.do("POST", "/x", "k", ""))
+	s.E.Use(mw(s.Eng, echoidem.WithSkip(func(c echo.Context) bool { return c.Path() == "" })))
+	s.E.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, "ok") })
+	s.Start()
+	r := s.Do("POST", "/nope", "", "")
+	assert.Equal(t, http.StatusNotFound, r.Status, "unrouted: %v", r)
+	first := s.Do("POST", "/x", "k", "")
+	sameAsFirst(t, first, s.Do("POST", "/x", "k", ""))
 }

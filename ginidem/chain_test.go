@@ -42,11 +42,11 @@ func TestWriterSemantics(t *testing.T) {
 	r := gin.New()
 	r.POST("/bare", probe(&bare))
 	r.POST("/idem", mw(newEngine(t)), probe(&wrapped))
-	b := serve(r, req{path: "/bare", body: payBody})
-	w := serve(r, req{path: "/idem", key: "w", body: payBody})
+	b := serve(r, req{Path: "/bare", Body: payBody})
+	w := serve(r, req{Path: "/idem", Key: "w", Body: payBody})
 	assert.Equal(t, bare, wrapped, "writer state: bare gin, then with idem")
-	assert.Equal(t, b.status, w.status, "status: bare gin, then with idem")
-	assert.Equal(t, string(b.body), string(w.body), "body: bare gin, then with idem")
+	assert.Equal(t, b.Status, w.Status, "status: bare gin, then with idem")
+	assert.Equal(t, string(b.Body), string(w.Body), "body: bare gin, then with idem")
 }
 
 // TestOuterMiddlewareView: middleware outside idem gets gin's own writer
@@ -73,10 +73,10 @@ func TestOuterMiddlewareView(t *testing.T) {
 		c.JSON(http.StatusCreated, gin.H{"ok": true})
 	})
 	want := seen{status: 201, size: len(`{"ok":true}`), sameWriter: true}
-	serve(r, req{path: "/v1/payments", key: "o", body: payBody})
+	serve(r, req{Path: "/v1/payments", Key: "o", Body: payBody})
 	assert.Equal(t, want, last, "outer middleware after first")
 	assert.Equal(t, "o", handlerKey, "core.KeyFromContext in handler")
-	serve(r, req{path: "/v1/payments", key: "o", body: payBody})
+	serve(r, req{Path: "/v1/payments", Key: "o", Body: payBody})
 	assert.Equal(t, want, last, "outer middleware after replay")
 }
 
@@ -116,14 +116,14 @@ func TestRejectionsAbortChain(t *testing.T) {
 		n.Add(1)
 		c.Status(http.StatusCreated)
 	})
-	checkProblem(t, serve(r, req{path: "/v1/payments", body: payBody}), http.StatusBadRequest, core.ProblemMissingKey)
-	checkProblem(t, serve(r, req{path: "/v1/payments", key: "bad\x01key", body: payBody}), http.StatusBadRequest, core.ProblemInvalidKey)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Body: payBody}), http.StatusBadRequest, core.ProblemMissingKey)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Key: "bad\x01key", Body: payBody}), http.StatusBadRequest, core.ProblemInvalidKey)
 	assert.Zero(t, n.Load(), "handler runs after rejections")
 	// Safe methods bypass idem entirely.
 	r.GET("/v1/payments", mw(newEngine(t)), func(c *gin.Context) { c.String(http.StatusOK, "list") })
-	got := serve(r, req{method: http.MethodGet, path: "/v1/payments"})
-	assert.Equal(t, http.StatusOK, got.status, "GET: a bypass")
-	assert.Equal(t, "list", string(got.body), "GET: a bypass")
+	got := serve(r, req{Method: http.MethodGet, Path: "/v1/payments"})
+	assert.Equal(t, http.StatusOK, got.Status, "GET: a bypass")
+	assert.Equal(t, "list", string(got.Body), "GET: a bypass")
 }
 
 // TestBodyAndRoute: the handler binds the body idem read and sees the route
@@ -143,12 +143,12 @@ func TestBodyAndRoute(t *testing.T) {
 		}
 		c.JSON(http.StatusOK, gin.H{"order": c.Param("id"), "amount": in.Amount, "route": c.FullPath()})
 	})
-	first := serve(r, req{path: "/v1/orders/7/confirm", key: "b", body: payBody})
-	assert.Equal(t, http.StatusOK, first.status, "first status")
-	assert.Equal(t, `{"amount":1000,"order":"7","route":"/v1/orders/:id/confirm"}`, string(first.body), "first body")
-	mismatch := serve(r, req{path: "/v1/orders/7/confirm", key: "b", body: `{"amount":50000}`})
+	first := serve(r, req{Path: "/v1/orders/7/confirm", Key: "b", Body: payBody})
+	assert.Equal(t, http.StatusOK, first.Status, "first status")
+	assert.Equal(t, `{"amount":1000,"order":"7","route":"/v1/orders/:id/confirm"}`, string(first.Body), "first body")
+	mismatch := serve(r, req{Path: "/v1/orders/7/confirm", Key: "b", Body: `{"amount":50000}`})
 	checkProblem(t, mismatch, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
-	other := serve(r, req{path: "/v1/orders/8/confirm", key: "b", body: payBody})
+	other := serve(r, req{Path: "/v1/orders/8/confirm", Key: "b", Body: payBody})
 	checkProblem(t, other, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }

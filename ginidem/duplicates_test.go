@@ -35,12 +35,12 @@ func TestConcurrentDuplicates(t *testing.T) {
 		statuses := make(chan int, total)
 		for range total {
 			go func() {
-				res := serve(r, req{path: "/v1/payments", key: "dup", body: payBody})
-				if res.status == http.StatusConflict {
-					assert.NotEmpty(t, res.header.Get("Retry-After"), "409 without Retry-After")
-					assert.Contains(t, string(res.body), core.ProblemInFlight, "409 body is not the in-flight problem")
+				res := serve(r, req{Path: "/v1/payments", Key: "dup", Body: payBody})
+				if res.Status == http.StatusConflict {
+					assert.NotEmpty(t, res.Header.Get("Retry-After"), "409 without Retry-After")
+					assert.Contains(t, string(res.Body), core.ProblemInFlight, "409 body is not the in-flight problem")
 				}
-				statuses <- res.status
+				statuses <- res.Status
 			}()
 		}
 		synctest.Wait() // every goroutine has answered or is blocked in the handler
@@ -53,8 +53,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 		releaseOwner()
 		assert.Equal(t, http.StatusCreated, <-statuses, "the owner's answer")
 		assert.EqualValues(t, 1, n.Load(), "handler runs")
-		replay := serve(r, req{path: "/v1/payments", key: "dup", body: payBody})
-		assert.Equal(t, http.StatusCreated, replay.status, "after the burst: a replayed 201")
-		assert.Equal(t, "true", replay.header.Get(core.ReplayedHeader), "after the burst: a replayed 201")
+		replay := serve(r, req{Path: "/v1/payments", Key: "dup", Body: payBody})
+		assert.Equal(t, http.StatusCreated, replay.Status, "after the burst: a replayed 201")
+		assert.Equal(t, "true", replay.Header.Get(core.ReplayedHeader), "after the burst: a replayed 201")
 	})
 }

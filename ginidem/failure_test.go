@@ -41,17 +41,17 @@ func TestPanicAnswers500AndReleasesKey(t *testing.T) {
 		c.JSON(http.StatusCreated, gin.H{"id": n.Load()})
 	}, func(*gin.Context) { after.Add(1) })
 
-	first := serve(r, req{path: "/v1/payments", key: "p", body: payBody})
+	first := serve(r, req{Path: "/v1/payments", Key: "p", Body: payBody})
 	checkProblem(t, first, http.StatusInternalServerError, core.ProblemHandlerPanic)
-	assert.Empty(t, first.header.Get("Set-Cookie"), "the panicking handler's headers leaked: %v", first.header)
+	assert.Empty(t, first.Header.Get("Set-Cookie"), "the panicking handler's headers leaked: %v", first.Header)
 	assert.Zero(t, recovered.Load(), "gin.Recovery saw the panic; the middleware must have answered it")
 	assert.Zero(t, after.Load(), "the handler after the panicking one ran")
 	assert.EqualValues(t, 1, outerErrors.Load(), "errors the outer middleware saw in c.Errors: want the panic")
 
-	retry := serve(r, req{path: "/v1/payments", key: "p", body: payBody})
-	require.Equal(t, http.StatusCreated, retry.status, "retry: want 201 from a second run; body %q", retry.body)
+	retry := serve(r, req{Path: "/v1/payments", Key: "p", Body: payBody})
+	require.Equal(t, http.StatusCreated, retry.Status, "retry: want 201 from a second run; body %q", retry.Body)
 	require.EqualValues(t, 2, n.Load(), "handler runs")
-	checkReplay(t, retry, serve(r, req{path: "/v1/payments", key: "p", body: payBody}))
+	checkReplay(t, retry, serve(r, req{Path: "/v1/payments", Key: "p", Body: payBody}))
 }
 
 // TestPanicAfterFlushAbortsConnection: once part of the response went out,
@@ -78,12 +78,12 @@ func TestPanicAfterFlushAbortsConnection(t *testing.T) {
 		}
 		c.String(http.StatusOK, "whole")
 	})
-	first := serve(r, req{path: "/v1/stream", key: "s", body: payBody})
-	assert.Equal(t, "partial", string(first.body), "first body: the flushed part")
+	first := serve(r, req{Path: "/v1/stream", Key: "s", Body: payBody})
+	assert.Equal(t, "partial", string(first.Body), "first body: the flushed part")
 	assert.True(t, abortSeen.Load(), "gin.Recovery did not see http.ErrAbortHandler")
-	retry := serve(r, req{path: "/v1/stream", key: "s", body: payBody})
-	assert.Equal(t, http.StatusOK, retry.status, "retry status")
-	assert.Equal(t, "whole", string(retry.body), "retry body: a second run")
+	retry := serve(r, req{Path: "/v1/stream", Key: "s", Body: payBody})
+	assert.Equal(t, http.StatusOK, retry.Status, "retry status")
+	assert.Equal(t, "whole", string(retry.Body), "retry body: a second run")
 	assert.EqualValues(t, 2, n.Load(), "handler runs")
 }
 
@@ -105,13 +105,13 @@ func TestHandlerErrorWithoutResponse(t *testing.T) {
 		}
 		c.JSON(http.StatusCreated, gin.H{"id": n.Load()})
 	})
-	first := serve(r, req{path: "/v1/payments", key: "e", body: payBody})
-	assert.Equal(t, http.StatusInternalServerError, first.status, "first: the error middleware's 500")
-	assert.Contains(t, string(first.body), "provider timeout", "first: the error middleware's 500")
-	retry := serve(r, req{path: "/v1/payments", key: "e", body: payBody})
-	require.Equal(t, http.StatusCreated, retry.status, "retry: want 201 from a second run; body %q", retry.body)
+	first := serve(r, req{Path: "/v1/payments", Key: "e", Body: payBody})
+	assert.Equal(t, http.StatusInternalServerError, first.Status, "first: the error middleware's 500")
+	assert.Contains(t, string(first.Body), "provider timeout", "first: the error middleware's 500")
+	retry := serve(r, req{Path: "/v1/payments", Key: "e", Body: payBody})
+	require.Equal(t, http.StatusCreated, retry.Status, "retry: want 201 from a second run; body %q", retry.Body)
 	require.EqualValues(t, 2, n.Load(), "handler runs")
-	checkReplay(t, retry, serve(r, req{path: "/v1/payments", key: "e", body: payBody}))
+	checkReplay(t, retry, serve(r, req{Path: "/v1/payments", Key: "e", Body: payBody}))
 }
 
 // TestCutResponsesStayCut: when idem must end a response broken (part of

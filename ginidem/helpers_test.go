@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -18,6 +14,7 @@ import (
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/ginidem/ginidemtest"
 )
 
 const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
@@ -43,67 +40,28 @@ func mw(eng *core.Engine, opts ...ginidem.Option) gin.HandlerFunc {
 	return m
 }
 
-// req describes one request served in-process.
-type req struct {
-	method, path, key, body string
-	header                  map[string]string
-}
+// The in-process request, its response and the replay check are
+// ginidemtest's, shared with tests/ginidem.
+type (
+	req      = ginidemtest.Request
+	response = ginidemtest.Response
+)
 
-// response is a response read in full.
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// serve runs r through h in-process. Safe from any goroutine.
-func serve(h http.Handler, r req) *response {
-	if r.method == "" {
-		r.method = http.MethodPost
-	}
-	var body io.Reader
-	if r.body != "" {
-		body = strings.NewReader(r.body)
-	}
-	hr := httptest.NewRequest(r.method, r.path, body)
-	if r.key != "" {
-		hr.Header.Set("Idempotency-Key", r.key)
-	}
-	for k, v := range r.header {
-		hr.Header.Set(k, v)
-	}
-	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, hr)
-	res := rr.Result()
-	b, _ := io.ReadAll(res.Body)
-	return &response{status: res.StatusCode, header: res.Header, body: b}
-}
-
-// checkReplay checks that replay is first byte for byte (status, body,
-// allow-listed headers, Content-Length) plus Idempotent-Replayed: true, and
-// that no Set-Cookie is replayed.
-func checkReplay(t *testing.T, first, replay *response) {
-	t.Helper()
-	assert.Equal(t, first.status, replay.status, "replay status")
-	assert.Equal(t, string(first.body), string(replay.body), "replay body")
-	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders()...) {
-		assert.Equal(t, first.header.Values(h), replay.header.Values(h), "replay header %s", h)
-	}
-	assert.Equal(t, "true", replay.header.Get(core.ReplayedHeader), "replay %s", core.ReplayedHeader)
-	assert.Empty(t, first.header.Get(core.ReplayedHeader), "first response carries %s", core.ReplayedHeader)
-	assert.Empty(t, replay.header.Values("Set-Cookie"), "replay carries Set-Cookie")
-}
+var (
+	serve       = ginidemtest.Do
+	checkReplay = ginidemtest.SameResponse
+)
 
 // checkProblem checks that r is a problem+json response of the given
 // status and type name (core.Problem*).
 func checkProblem(t *testing.T, r *response, status int, name string) {
 	t.Helper()
-	if !assert.Equal(t, status, r.status, "status (%s); body %q", name, r.body) {
+	if !assert.Equal(t, status, r.Status, "status (%s); body %q", name, r.Body) {
 		return
 	}
-	assert.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
+	assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
 	var p core.Problem
-	if !assert.NoError(t, json.Unmarshal(r.body, &p), "problem body %q", r.body) {
+	if !assert.NoError(t, json.Unmarshal(r.Body, &p), "problem body %q", r.Body) {
 		return
 	}
 	assert.Equal(t, core.ProblemBaseURI+name, p.Type, "problem type")

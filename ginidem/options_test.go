@@ -34,13 +34,13 @@ func TestScopeSeparatesUsers(t *testing.T) {
 	r.POST("/v1/payments", mw, func(c *gin.Context) {
 		c.JSON(http.StatusCreated, gin.H{"id": n.Add(1), "user": c.GetString("user")})
 	})
-	alice := serve(r, req{path: "/v1/payments", key: "same", body: payBody, header: map[string]string{"X-User-ID": "alice"}})
-	bob := serve(r, req{path: "/v1/payments", key: "same", body: payBody, header: map[string]string{"X-User-ID": "bob"}})
-	assert.Equal(t, http.StatusCreated, alice.status, "alice")
-	assert.Equal(t, http.StatusCreated, bob.status, "bob")
+	alice := serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody, Header: map[string]string{"X-User-ID": "alice"}})
+	bob := serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody, Header: map[string]string{"X-User-ID": "bob"}})
+	assert.Equal(t, http.StatusCreated, alice.Status, "alice")
+	assert.Equal(t, http.StatusCreated, bob.Status, "bob")
 	assert.EqualValues(t, 2, n.Load(), "handler runs: one per user")
-	checkReplay(t, alice, serve(r, req{path: "/v1/payments", key: "same", body: payBody, header: map[string]string{"X-User-ID": "alice"}}))
-	checkProblem(t, serve(r, req{path: "/v1/payments", key: "same", body: payBody}), http.StatusUnauthorized, core.ProblemScopeUnavailable)
+	checkReplay(t, alice, serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody, Header: map[string]string{"X-User-ID": "alice"}}))
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody}), http.StatusUnauthorized, core.ProblemScopeUnavailable)
 	assert.EqualValues(t, 2, n.Load(), "handler ran without a scope")
 }
 
@@ -52,9 +52,9 @@ func TestSkipLetsRequestsThrough(t *testing.T) {
 		return c.GetHeader("X-Internal") == "1"
 	}))
 	r.POST("/v1/payments", mw, func(c *gin.Context) { c.Status(http.StatusCreated) })
-	got := serve(r, req{path: "/v1/payments", body: payBody, header: map[string]string{"X-Internal": "1"}})
-	assert.Equal(t, http.StatusCreated, got.status, "skipped request; body %q", got.body)
-	checkProblem(t, serve(r, req{path: "/v1/payments", body: payBody}), http.StatusBadRequest, core.ProblemMissingKey)
+	got := serve(r, req{Path: "/v1/payments", Body: payBody, Header: map[string]string{"X-Internal": "1"}})
+	assert.Equal(t, http.StatusCreated, got.Status, "skipped request; body %q", got.Body)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Body: payBody}), http.StatusBadRequest, core.ProblemMissingKey)
 }
 
 // TestNilOptionsAndEngine: nil options are ignored; New with a nil engine
@@ -63,9 +63,9 @@ func TestNilOptionsAndEngine(t *testing.T) {
 	r := gin.New()
 	r.POST("/ok", mw(newEngine(t), nil, ginidem.WithScope(nil), ginidem.WithSkip(nil), ginidem.WithErrorHandler(nil)),
 		func(c *gin.Context) { c.Status(http.StatusCreated) })
-	first := serve(r, req{path: "/ok", key: "n", body: payBody})
-	assert.Equal(t, http.StatusCreated, first.status, "with nil options; body %q", first.body)
-	checkReplay(t, first, serve(r, req{path: "/ok", key: "n", body: payBody}))
+	first := serve(r, req{Path: "/ok", Key: "n", Body: payBody})
+	assert.Equal(t, http.StatusCreated, first.Status, "with nil options; body %q", first.Body)
+	checkReplay(t, first, serve(r, req{Path: "/ok", Key: "n", Body: payBody}))
 	m, err := ginidem.New(nil, ginidem.WithScope(func(*gin.Context) (string, error) { return "u", nil }))
 	assert.Error(t, err, "New(nil)")
 	assert.Nil(t, m, "New(nil)")

@@ -124,19 +124,19 @@ func TestNativeReplay(t *testing.T) {
 			r.POST("/v1/payments", mw(newEngine(t)), func(c *gin.Context) {
 				tc.handler(c, n.Add(1))
 			})
-			first := serve(r, req{path: "/v1/payments", key: "k1", body: payBody})
-			replay := serve(r, req{path: "/v1/payments", key: "k1", body: payBody})
+			first := serve(r, req{Path: "/v1/payments", Key: "k1", Body: payBody})
+			replay := serve(r, req{Path: "/v1/payments", Key: "k1", Body: payBody})
 			require.EqualValues(t, 1, n.Load(), "handler runs")
-			assert.Equal(t, tc.wantStatus, first.status, "first status")
-			assert.Equal(t, tc.wantBody, string(first.body), "first body")
+			assert.Equal(t, tc.wantStatus, first.Status, "first status")
+			assert.Equal(t, tc.wantBody, string(first.Body), "first body")
 			for k, v := range tc.wantHeader {
-				assert.Equal(t, v, first.header.Get(k), "first %s", k)
+				assert.Equal(t, v, first.Header.Get(k), "first %s", k)
 			}
 			checkReplay(t, first, replay)
 			if tc.cookie {
-				assert.True(t, strings.HasPrefix(first.header.Get("Set-Cookie"), "session=s3cret"),
-					"first Set-Cookie = %q, want the session cookie", first.header.Get("Set-Cookie"))
-				assert.Empty(t, replay.header.Get("X-Not-Replayed"), "replay carries a header outside the allow-list")
+				assert.True(t, strings.HasPrefix(first.Header.Get("Set-Cookie"), "session=s3cret"),
+					"first Set-Cookie = %q, want the session cookie", first.Header.Get("Set-Cookie"))
+				assert.Empty(t, replay.Header.Get("X-Not-Replayed"), "replay carries a header outside the allow-list")
 			}
 		})
 	}
@@ -155,11 +155,11 @@ func TestStreamedNotRetained(t *testing.T) {
 			c.Writer.Flush()
 		}
 	})
-	first := serve(r, req{path: "/v1/export", key: "x", body: payBody})
-	assert.Equal(t, http.StatusOK, first.status)
-	assert.Equal(t, "chunk;chunk;", string(first.body))
-	assert.Equal(t, "text/event-stream", first.header.Get("Content-Type"))
-	checkProblem(t, serve(r, req{path: "/v1/export", key: "x", body: payBody}), http.StatusConflict, core.ProblemNotRetained)
+	first := serve(r, req{Path: "/v1/export", Key: "x", Body: payBody})
+	assert.Equal(t, http.StatusOK, first.Status)
+	assert.Equal(t, "chunk;chunk;", string(first.Body))
+	assert.Equal(t, "text/event-stream", first.Header.Get("Content-Type"))
+	checkProblem(t, serve(r, req{Path: "/v1/export", Key: "x", Body: payBody}), http.StatusConflict, core.ProblemNotRetained)
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }
 
@@ -222,9 +222,9 @@ func TestWriteBehindCapture(t *testing.T) {
 		r.HandleContext(c)
 	})
 	r.POST("/v1/new", func(c *gin.Context) { c.String(http.StatusCreated, "new") })
-	first := serve(r, req{path: "/v1/old", key: "hc", body: payBody})
-	assert.Equal(t, http.StatusCreated, first.status, "first: the re-routed handler's answer")
-	assert.Equal(t, "new", string(first.body), "first: the re-routed handler's answer")
-	checkProblem(t, serve(r, req{path: "/v1/old", key: "hc", body: payBody}), http.StatusConflict, core.ProblemNotRetained)
+	first := serve(r, req{Path: "/v1/old", Key: "hc", Body: payBody})
+	assert.Equal(t, http.StatusCreated, first.Status, "first: the re-routed handler's answer")
+	assert.Equal(t, "new", string(first.Body), "first: the re-routed handler's answer")
+	checkProblem(t, serve(r, req{Path: "/v1/old", Key: "hc", Body: payBody}), http.StatusConflict, core.ProblemNotRetained)
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }

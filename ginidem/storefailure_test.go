@@ -33,12 +33,12 @@ func TestStoreDownAnswers503(t *testing.T) {
 	r.POST("/default", mw(eng), h)
 	r.POST("/custom", mw(eng, custom), h)
 
-	def := serve(r, req{path: "/default", key: "d", body: payBody})
+	def := serve(r, req{Path: "/default", Key: "d", Body: payBody})
 	checkProblem(t, def, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
-	assert.NotEmpty(t, def.header.Get("Retry-After"), "503 without Retry-After")
-	cus := serve(r, req{path: "/custom", key: "d", body: payBody})
-	assert.Equal(t, http.StatusServiceUnavailable, cus.status, "custom status")
-	assert.Equal(t, `{"code":"try_later"}`, string(cus.body), "custom body")
+	assert.NotEmpty(t, def.Header.Get("Retry-After"), "503 without Retry-After")
+	cus := serve(r, req{Path: "/custom", Key: "d", Body: payBody})
+	assert.Equal(t, http.StatusServiceUnavailable, cus.Status, "custom status")
+	assert.Equal(t, `{"code":"try_later"}`, string(cus.Body), "custom body")
 	assert.ErrorIs(t, gotErr, idemtest.ErrStoreDown, "error handler's error")
 	if assert.NotNil(t, gotFallback, "error handler's fallback") {
 		assert.Equal(t, http.StatusServiceUnavailable, gotFallback.Status, "error handler's fallback")
@@ -62,13 +62,13 @@ func TestCommitFailureDiscardsResponse(t *testing.T) {
 		c.Data(fb.Status, "text/plain", []byte("custom"))
 	})), func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"charged": true}) })
 
-	got := serve(r, req{path: "/default", key: "c", body: payBody})
+	got := serve(r, req{Path: "/default", Key: "c", Body: payBody})
 	checkProblem(t, got, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
-	assert.Empty(t, got.header.Get("Set-Cookie"), "the unrecorded response's cookie leaked")
-	assert.NotContains(t, string(got.body), "charged", "the unrecorded response's body leaked")
-	got = serve(r, req{path: "/custom", key: "c2", body: payBody})
-	assert.Equal(t, http.StatusServiceUnavailable, got.status, "custom status")
-	assert.Equal(t, "custom", string(got.body), "custom body")
+	assert.Empty(t, got.Header.Get("Set-Cookie"), "the unrecorded response's cookie leaked")
+	assert.NotContains(t, string(got.Body), "charged", "the unrecorded response's body leaked")
+	got = serve(r, req{Path: "/custom", Key: "c2", Body: payBody})
+	assert.Equal(t, http.StatusServiceUnavailable, got.Status, "custom status")
+	assert.Equal(t, "custom", string(got.Body), "custom body")
 	assert.True(t, called.Load(), "custom error handler called with the commit error")
 }
 
@@ -85,9 +85,9 @@ func TestErrorHandlerWritesNothing(t *testing.T) {
 	r.POST("/status", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *adapterkit.Response) {
 		c.Status(http.StatusBadGateway)
 	})), h)
-	checkProblem(t, serve(r, req{path: "/log", key: "l", body: payBody}), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	checkProblem(t, serve(r, req{Path: "/log", Key: "l", Body: payBody}), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
 	assert.EqualValues(t, 1, logged.Load(), "error handler calls")
-	got := serve(r, req{path: "/status", key: "l", body: payBody})
-	assert.Equal(t, http.StatusBadGateway, got.status, "status-only error handler: its 502")
-	assert.Empty(t, got.body, "status-only error handler: no body")
+	got := serve(r, req{Path: "/status", Key: "l", Body: payBody})
+	assert.Equal(t, http.StatusBadGateway, got.Status, "status-only error handler: its 502")
+	assert.Empty(t, got.Body, "status-only error handler: no body")
 }

@@ -72,14 +72,14 @@ func TestUnmatchedRoutes(t *testing.T) {
 		{http.MethodPatch, "/v1/payments"},
 	} {
 		key := fmt.Sprint("u", i)
-		want := serve(bare, req{method: tc.method, path: tc.path, body: payBody})
+		want := serve(bare, req{Method: tc.method, Path: tc.path, Body: payBody})
 		for range 2 {
-			got := serve(r, req{method: tc.method, path: tc.path, key: key, body: payBody})
-			assert.Equal(t, want.status, got.status, "%s %s: status with idem, gin alone", tc.method, tc.path)
-			assert.Equal(t, string(want.body), string(got.body), "%s %s: body with idem, gin alone", tc.method, tc.path)
-			assert.Empty(t, got.header.Get(core.ReplayedHeader), "%s %s: replayed", tc.method, tc.path)
+			got := serve(r, req{Method: tc.method, Path: tc.path, Key: key, Body: payBody})
+			assert.Equal(t, want.Status, got.Status, "%s %s: status with idem, gin alone", tc.method, tc.path)
+			assert.Equal(t, string(want.Body), string(got.Body), "%s %s: body with idem, gin alone", tc.method, tc.path)
+			assert.Empty(t, got.Header.Get(core.ReplayedHeader), "%s %s: replayed", tc.method, tc.path)
 			for _, h := range []string{"Content-Type", "Allow"} {
-				assert.Equal(t, want.header.Get(h), got.header.Get(h), "%s %s: %s with idem, gin alone", tc.method, tc.path, h)
+				assert.Equal(t, want.Header.Get(h), got.Header.Get(h), "%s %s: %s with idem, gin alone", tc.method, tc.path, h)
 			}
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/echoidem"
+	"github.com/idemkit/idem/echoidem/echoidemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
@@ -21,9 +23,11 @@ import (
 func TestPostgresTransactionalMode(t *testing.T) {
 	store, schema := pgstores.Store(t)
 	table, count := pgstores.Ledger(t, store, schema)
-	s := newServer(t, store)
+	s := echoidemtest.NewServer(t, store)
+	mw, err := echoidem.New(s.Eng)
+	require.NoError(t, err, "echoidem.New")
 	var runs atomic.Int32
-	s.e.POST("/v1/payments", func(c echo.Context) error {
+	s.E.POST("/v1/payments", func(c echo.Context) error {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.Request().Context())
 		if err != nil {
@@ -36,15 +40,15 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			return errors.New("provider down") // 500: rolled back, retryable
 		}
 		return c.JSON(http.StatusCreated, map[string]int32{"run": n})
-	}, mw(s.eng))
-	s.start()
+	}, mw)
+	s.Start()
 
-	r := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
-	require.Equal(t, http.StatusInternalServerError, r.status, "first: %v", r)
+	r := s.Do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
+	require.Equal(t, http.StatusInternalServerError, r.Status, "first: %v", r)
 	require.Zero(t, count(), "rows the failed run left")
-	first := s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
-	require.Equal(t, http.StatusCreated, first.status, "retry: %v", first)
-	sameAsFirst(t, first, s.do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"))
+	first := s.Do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a")
+	require.Equal(t, http.StatusCreated, first.Status, "retry: %v", first)
+	echoidemtest.SameResponse(t, first, s.Do("POST", "/v1/payments", "k", `{"amount":1}`, "X-Note", "a"))
 	assert.Equal(t, 1, count(), "rows")
 	assert.EqualValues(t, 2, runs.Load(), "handler runs")
 }

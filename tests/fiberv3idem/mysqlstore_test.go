@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/fiberv3idem/fiberv3idemtest"
 	"github.com/idemkit/idem/tests/internal/mystores"
 )
 
@@ -13,5 +14,5 @@ import (
 // share one store.
 func TestConformanceMySQL(t *testing.T) {
 	store := mystores.Store(t)
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+	idemtest.Run(t, fiberv3idemtest.Adapter, func(*testing.T) core.Store { return store })
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/fiberv3idem"
+	"github.com/idemkit/idem/fiberv3idem/fiberv3idemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
@@ -21,10 +24,14 @@ import (
 func TestPostgresTransactionalMode(t *testing.T) {
 	store, schema := pgstores.Store(t)
 	ident, count := pgstores.Ledger(t, store, schema)
+	eng, err := core.New(store, core.WithSharedKeySpace())
+	require.NoError(t, err, "core.New")
+	mw, err := fiberv3idem.New(eng)
+	require.NoError(t, err, "fiberv3idem.New")
 
 	var runs atomic.Int32
-	app := newApp()
-	app.Post("/v1/payments", mw(t, newEngine(t, store)), func(c fiber.Ctx) error {
+	app := fiberv3idemtest.NewApp()
+	app.Post("/v1/payments", mw, func(c fiber.Ctx) error {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.Context())
 		if err != nil {
@@ -38,10 +45,13 @@ func TestPostgresTransactionalMode(t *testing.T) {
 		}
 		return c.Status(fiber.StatusCreated).JSON(fiber.Map{"run": n})
 	})
-	url := serve(t, app) + "/v1/payments"
-	cl := client(t)
-	send := func() result {
-		return mustDo(t, cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "k", "X-Note", "a")
+	url := fiberv3idemtest.Serve(t, app) + "/v1/payments"
+	cl := fiberv3idemtest.Client(t, 0)
+	send := func() fiberv3idemtest.Result {
+		t.Helper()
+		r, err := fiberv3idemtest.Do(cl, "POST", url, `{"amount":1}`, "Idempotency-Key", "k", "X-Note", "a")
+		require.NoError(t, err, "POST %s", url)
+		return r
 	}
 
 	r := send()
@@ -50,7 +60,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 	first := send()
 	require.Equal(t, 201, first.Status, "retry: %s", first.Body)
 	require.Equal(t, `{"run":2}`, first.Body, "retry")
-	sameResponse(t, first, send())
+	fiberv3idemtest.SameResponse(t, first, send())
 	assert.Equal(t, 1, count(), "rows")
 	assert.EqualValues(t, 2, runs.Load(), "handler runs")
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
+	"github.com/idemkit/idem/fiberv3idem/fiberv3idemtest"
 	"github.com/idemkit/idem/sqlitestore/sqlitestoretest"
 )
 
@@ -12,5 +13,5 @@ import (
 // own. Scenarios use unique keys and tenants, so they share one store.
 func TestConformanceSQLite(t *testing.T) {
 	store := sqlitestoretest.Store(t)
-	idemtest.Run(t, adapter, func(*testing.T) core.Store { return store })
+	idemtest.Run(t, fiberv3idemtest.Adapter, func(*testing.T) core.Store { return store })
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/ginidem/ginidemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
@@ -21,6 +24,10 @@ import (
 func TestPostgresTransactionalMode(t *testing.T) {
 	store, schema := pgstores.Store(t)
 	table, count := pgstores.Ledger(t, store, schema)
+	eng, err := core.New(store, core.WithSharedKeySpace())
+	require.NoError(t, err, "core.New")
+	mw, err := ginidem.New(eng)
+	require.NoError(t, err, "ginidem.New")
 	var runs atomic.Int32
 	r := gin.New()
 	r.Use(func(c *gin.Context) { // error rendering outside idem
@@ -29,7 +36,7 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			c.JSON(http.StatusBadGateway, gin.H{"error": c.Errors.Last().Error()})
 		}
 	})
-	r.POST("/v1/payments", mw(t, newEngineOn(t, store)), func(c *gin.Context) {
+	r.POST("/v1/payments", mw, func(c *gin.Context) {
 		n := runs.Add(1)
 		tx, err := pgstore.Tx(c.Request.Context())
 		if err != nil {
@@ -49,20 +56,20 @@ func TestPostgresTransactionalMode(t *testing.T) {
 			c.JSON(http.StatusCreated, gin.H{"run": n})
 		}
 	})
-	call := func() *response {
-		return serve(r, req{path: "/v1/payments", key: "tx", body: payBody, header: map[string]string{"X-Note": "a"}})
+	call := func() *ginidemtest.Response {
+		return ginidemtest.Do(r, ginidemtest.Request{Path: "/v1/payments", Key: "tx", Body: `{"amount":1000,"currency":"JPY","to":"alice"}`, Header: map[string]string{"X-Note": "a"}})
 	}
 
 	got := call()
-	require.Equal(t, http.StatusBadGateway, got.status, "first (handler error); body %q", got.body)
+	require.Equal(t, http.StatusBadGateway, got.Status, "first (handler error); body %q", got.Body)
 	require.Zero(t, count(), "rows the handler error left")
 	got = call()
-	require.Equal(t, http.StatusInternalServerError, got.status, "second (panic); body %q", got.body)
+	require.Equal(t, http.StatusInternalServerError, got.Status, "second (panic); body %q", got.Body)
 	require.Zero(t, count(), "rows the panic left")
 	first := call()
-	require.Equal(t, http.StatusCreated, first.status, "third; body %q", first.body)
-	require.Equal(t, `{"run":3}`, string(first.body), "third")
-	checkReplay(t, first, call())
+	require.Equal(t, http.StatusCreated, first.Status, "third; body %q", first.Body)
+	require.Equal(t, `{"run":3}`, string(first.Body), "third")
+	ginidemtest.SameResponse(t, first, call())
 	assert.Equal(t, 1, count(), "rows")
 	assert.EqualValues(t, 3, runs.Load(), "handler runs")
 }
