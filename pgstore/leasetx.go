@@ -27,6 +27,11 @@ type leaseTx struct {
 	conn  *pgxpool.Conn // from the first call to the end
 	tx    pgx.Tx        // pgx's transaction on conn, once BEGIN was sent
 	ended bool          // the lease is over: every call is refused
+	// began: BEGIN's answer was read, the transaction began. A BEGIN that
+	// never went out (ctx ended between the acquire and the send) leaves
+	// tx set on an idle connection, which must not read as a transaction
+	// the handler ended with SQL (endedBySQL).
+	began bool
 
 	// sqlEnd is how the handler last ended the transaction with SQL
 	// (tx.Exec(ctx, "ROLLBACK"), "COMMIT"...), read from Exec's command
@@ -74,7 +79,7 @@ func (t *leaseTx) noteTag(tag pgconn.CommandTag) {
 // handler's SQL: the connection is alive and idle, outside any
 // transaction.
 func (t *leaseTx) endedBySQL() bool {
-	if t.tx == nil || t.conn == nil {
+	if t.tx == nil || t.conn == nil || !t.began {
 		return false
 	}
 	pc := t.conn.Conn().PgConn()
@@ -152,6 +157,7 @@ func (t *leaseTx) sendLocked(ctx context.Context, queue func(*pgx.Batch)) (pgx.B
 	br := t.conn.SendBatch(ctx, b)
 	t.tx = br.Tx()
 	_, err := br.Exec() // BEGIN
+	t.began = err == nil
 	if err == nil && idle {
 		_, err = br.Exec()
 	}

@@ -167,6 +167,10 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) {
 	}
 }
 
+// errTxNotBegun: the handler's transaction never began (its first
+// statement failed before reaching the server); its writes did not land.
+var errTxNotBegun = fmt.Errorf("the handler's transaction never began, its writes did not land: %w", storekit.ErrNotCommitted)
+
 // completeInTx sends the fenced complete and COMMIT in one round trip on the
 // handler's transaction. The statement raises when the fence matches
 // nothing (completeTx), so PostgreSQL skips the COMMIT; the store then
@@ -182,6 +186,13 @@ func (s *Store) completeInTx(ctx context.Context, t *leaseTx, f storekit.Fence, 
 	// The handler committed writes itself (COMMIT sent as SQL): they
 	// have landed, so whatever fails now, the key is not released.
 	committed := t.committed.Load()
+	if !t.began && !t.connLost() {
+		// The handler's first statement never reached the server (its
+		// ctx ended first) and it answered anyway: its writes did not
+		// land. A complete sent now would run outside any transaction.
+		t.rollback(ctx)
+		return s.completeFailed(ctx, f, errTxNotBegun, len(deferred) > 0)
+	}
 	if t.endedBySQL() {
 		t.release()
 		outcome := s.endedOutcome(ctx, t)

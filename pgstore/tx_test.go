@@ -395,3 +395,63 @@ func runInterleavings(t *testing.T, s *Store, table string, keys, workers int, l
 		t.Logf("note: no stale-owner commit was exercised in this run")
 	}
 }
+
+// TestTxBeginCancelledReleasesKey: a handler whose context ends (the client
+// gone, the lease lost) after its transaction's connection was acquired but
+// before BEGIN went out never began a transaction, and wrote nothing: Fail
+// releases the key. The idle connection was taken for a transaction the
+// handler had ended with SQL, so the record was completed as not retained
+// and every retry of a payment that never happened was refused (found by
+// TestOutageTerminateBackendsUnderLoad under load: one key of 40 without
+// its ledger row).
+func TestTxBeginCancelledReleasesKey(t *testing.T) {
+	for _, m := range modes {
+		for _, then := range []string{"fail", "complete"} {
+			t.Run(m.name+"/"+then, func(t *testing.T) {
+				t.Parallel()
+				var cancelOnAcquire atomic.Pointer[context.CancelFunc]
+				cfg := pgstoretest.Config(t)
+				cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+					if c := cancelOnAcquire.Load(); c != nil {
+						(*c)() // the handler's context ends as its connection is handed out
+					}
+					return true, nil
+				}
+				s := newStore(t, pgstoretest.NewPool(t, cfg), m.opts...)
+				table := ledger(t, s)
+				req := claimReq("k1", time.Minute)
+				ctx, f := mustClaim(t, s, req)
+				hctx, cancel := context.WithCancel(ctx)
+				cancelOnAcquire.Store(&cancel)
+				err := handle(hctx, table, req.Key)
+				cancelOnAcquire.Store(nil)
+				if err == nil {
+					t.Fatal("the handler's statement ran on a cancelled context")
+				}
+				if then == "fail" {
+					if err := s.Fail(ctx, f); err != nil {
+						t.Fatalf("Fail: %v", err)
+					}
+				} else if err := s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("paid")}); !errors.Is(err, storekit.ErrNotCommitted) {
+					// The handler ignored the error and answered: its
+					// write did not land, so the answer must not be kept.
+					t.Fatalf("Complete = %v, want ErrNotCommitted", err)
+				}
+				rec, err := s.Get(t.Context(), req.Scope, req.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Status != storekit.StatusFailed || rec.Response != nil {
+					t.Fatalf("record %s, response %+v; want failed (released): the payment never happened", rec.Status, rec.Response)
+				}
+				if rows := ledgerRows(t, s, table, req.Key); len(rows) != 0 {
+					t.Fatalf("ledger %v, want no row", rows)
+				}
+				res, err := s.Claim(t.Context(), req)
+				if err != nil || !res.Claimed {
+					t.Fatalf("retry: %+v, %v; want it claimed", res, err)
+				}
+			})
+		}
+	}
+}
