@@ -144,7 +144,7 @@ func (e *Engine) finished(ctx context.Context, d *Decision, kind EventKind, stat
 // finish marks the decision finished and stops its heartbeat.
 func (d *Decision) finish(e *Engine) error {
 	if d == nil || d.Outcome != Proceed || d.own == nil || d.eng != e {
-		return ErrNotOwner
+		return errNotOwner
 	}
 	o := d.own
 	o.mu.Lock()

@@ -1,11 +1,24 @@
 package core
 
 import (
+	"time"
+
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/storekit"
 )
 
 // Internals the external tests (package core_test) check directly.
+
+// ErrNotOwner is what Commit and Abort answer for a decision that does not
+// own its key.
+var ErrNotOwner = errNotOwner
+
+// WithClock sets the engine's clock, used only for local timing (wait
+// deadlines, heartbeat loss): for tests that drive time. Record times
+// always come from the store.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) { c.now = now })
+}
 
 func ProblemResponse(base, name string, status int, detail string) *adapterkit.Response {
 	return problemResponse(base, name, status, detail)

@@ -249,13 +249,6 @@ func WithWaitPoll(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.waitPoll = d })
 }
 
-// WithClock sets the engine's clock, used only for local timing (wait
-// deadlines, heartbeat loss). Record times always come from the store.
-// Default: time.Now.
-func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) { c.now = now })
-}
-
 // WithLogger sets the logger for decisions and failures. Keys are logged as
 // a short hash unless WithLogKeys(true). Default: no logging.
 func WithLogger(l *slog.Logger) Option {

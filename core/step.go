@@ -29,8 +29,6 @@ const (
 	// records what an effect produced (a charge id, a reservation number),
 	// not a payload. A larger result fails the step with ErrStepTooLarge.
 	MaxStepBytes = 64 << 10
-	// MaxStepNameBytes is the longest step name (200 bytes).
-	MaxStepNameBytes = 200
 )
 
 // stepSaveTimeout bounds the store write of a step's result. The write runs
@@ -49,7 +47,7 @@ var (
 	// MaxStepBytes, so it was not stored. The effect happened and a retry
 	// will run it again.
 	ErrStepTooLarge = errors.New("idem: step result exceeds MaxStepBytes")
-	// ErrStepName: the name is empty, longer than MaxStepNameBytes, not
+	// ErrStepName: the name is empty, longer than storekit.MaxStepNameBytes, not
 	// UTF-8 or holds control characters. The function did not run.
 	ErrStepName = errors.New("idem: invalid step name")
 )
@@ -103,7 +101,7 @@ func WithStepsRequired(on bool) Option {
 // Outside a lease (a bypassed request, a handler run without idem) fn just
 // runs. Under a lease granted by a store without storekit.StepStore, Step returns
 // ErrStepsUnsupported and fn does not run. A name that is empty, longer
-// than MaxStepNameBytes, not UTF-8 or with control characters fails with
+// than storekit.MaxStepNameBytes, not UTF-8 or with control characters fails with
 // ErrStepName; a result larger than MaxStepBytes with ErrStepTooLarge (fn
 // has run). A nil result is stored and returned as an empty one. The
 // returned slice is the caller's.
@@ -195,8 +193,8 @@ func StepJSON[T any](ctx context.Context, name string, fn func(context.Context) 
 }
 
 func checkStepName(name string) error {
-	if name == "" || len(name) > MaxStepNameBytes || !utf8.ValidString(name) {
-		return fmt.Errorf("%w: must be 1 to %d bytes of UTF-8", ErrStepName, MaxStepNameBytes)
+	if name == "" || len(name) > storekit.MaxStepNameBytes || !utf8.ValidString(name) {
+		return fmt.Errorf("%w: must be 1 to %d bytes of UTF-8", ErrStepName, storekit.MaxStepNameBytes)
 	}
 	for _, r := range name {
 		if unicode.IsControl(r) {

@@ -286,7 +286,7 @@ func TestStepLimitsAndNames(t *testing.T) {
 	d := proceed(t, eng, request("k1", payBody))
 	ctx := d.Context(context.Background())
 	c := &stepCounter{result: "x"}
-	for _, name := range []string{"", strings.Repeat("a", core.MaxStepNameBytes+1), "bad\x00name", "new\nline", string([]byte{0xff, 'a'})} {
+	for _, name := range []string{"", strings.Repeat("a", storekit.MaxStepNameBytes+1), "bad\x00name", "new\nline", string([]byte{0xff, 'a'})} {
 		_, err := core.Step(ctx, name, c.fn)
 		require.ErrorIs(t, err, core.ErrStepName, "name %q", name)
 	}

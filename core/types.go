@@ -47,8 +47,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 
 // Errors returned by Commit and Abort besides the store's.
 var (
-	// ErrNotOwner: Commit or Abort on a decision that is not Proceed.
-	ErrNotOwner = errors.New("idem: decision does not own the key")
+	// errNotOwner: Commit or Abort on a decision that is not Proceed (an
+	// adapter's bug: Serve never does it).
+	errNotOwner = errors.New("idem: decision does not own the key")
 	// ErrFinished: Commit or Abort called a second time for one decision.
 	ErrFinished = errors.New("idem: decision already committed or aborted")
 )

@@ -89,8 +89,8 @@ func (s *Store) SaveStep(ctx context.Context, f storekit.Fence, name string, res
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err)
 	}
-	if name == "" || len(name) > core.MaxStepNameBytes {
-		return fmt.Errorf("mysqlstore: save step: name must be 1 to %d bytes", core.MaxStepNameBytes)
+	if name == "" || len(name) > storekit.MaxStepNameBytes {
+		return fmt.Errorf("mysqlstore: save step: name must be 1 to %d bytes", storekit.MaxStepNameBytes)
 	}
 	if len(result) > core.MaxStepBytes {
 		return fmt.Errorf("mysqlstore: save step: %w", core.ErrStepTooLarge)

@@ -46,7 +46,7 @@ func TestDefaultBound(t *testing.T) {
 func TestFullStoreNeverRunsTwice(t *testing.T) {
 	clk := newFakeClock()
 	s := memstore.New(memstore.WithClock(clk.Now))
-	eng, err := core.New(s, core.WithSharedKeySpace(), core.WithClock(clk.Now), core.WithRetention(time.Hour), core.WithLease(time.Minute))
+	eng, err := core.New(s, core.WithSharedKeySpace(), core.WithRetention(time.Hour), core.WithLease(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,3 +37,7 @@ type StepStore interface {
 type ClaimSyncer interface {
 	SyncClaim(ctx context.Context, f Fence) error
 }
+
+// MaxStepNameBytes is the longest step name (200 bytes): core.Step refuses
+// longer ones (core.ErrStepName), and a store's name column must hold it.
+const MaxStepNameBytes = 200

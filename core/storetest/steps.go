@@ -158,7 +158,7 @@ func testStepLimits(t *testing.T, s core.Store) {
 	ss := stepStore(t, s)
 	f := fence(claimNew(t, s, newReq()).Record)
 	big := randomBytes(t, core.MaxStepBytes)
-	name := strings.Repeat("é", core.MaxStepNameBytes/2) // longest name, multi-byte UTF-8
+	name := strings.Repeat("é", storekit.MaxStepNameBytes/2) // longest name, multi-byte UTF-8
 	if err := ss.SaveStep(t.Context(), f, name, big); err != nil {
 		t.Fatalf("SaveStep of a MaxStepBytes result under a MaxStepNameBytes name: %v, want nil", err)
 	}
