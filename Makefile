@@ -13,7 +13,7 @@ FUZZTIME    ?= 60s
 ## when they are installed but not answering (scripts/services.sh; see README), installs
 ## pgbouncer if absent, and runs the topology tests too (PgBouncer, primary failover: ~30 s)
 test: services pgbouncer consumer
-	$(GO) vet $(PKGS)
+	$(GO) vet -race $(PKGS) # -race: the vet build shares the race-built packages the tests need (a cold make test compiles them once, not twice)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 ## model: tests/model at length: many more randomized concurrent histories per store (memstore,
