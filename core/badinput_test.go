@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net/http"
 	"reflect"
@@ -122,8 +123,8 @@ func TestBadInputDecideRawHeaders(t *testing.T) {
 			t.Errorf("key %q: %v, %+v", v, err, d)
 			continue
 		}
-		var p core.Problem
-		if err := json.Unmarshal(d.Response.Body, &p); err != nil || p.Type != core.ProblemBaseURI+core.ProblemInvalidKey {
+		var p problem.Details
+		if err := json.Unmarshal(d.Response.Body, &p); err != nil || p.Type != problem.BaseURI+problem.InvalidKey {
 			t.Errorf("key %q: problem %s (%v)", v, d.Response.Body, err)
 		}
 		if bytes.Contains(d.Response.Body, []byte(v)) {

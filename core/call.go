@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strconv"
 	"time"
@@ -32,7 +33,7 @@ type CallRequest struct {
 	// Input is the operation's input (a message payload, a marshalled
 	// request), fingerprinted and not kept: the key reused with another
 	// name or input is refused with ErrMismatch. Larger than the engine's
-	// WithMaxRequestBytes it is refused (CallError, ProblemBodyTooLarge).
+	// WithMaxRequestBytes it is refused (CallError, problem.BodyTooLarge).
 	Input []byte
 }
 
@@ -44,22 +45,6 @@ type CallResult struct {
 	Replayed bool
 }
 
-// Errors of Engine.Call, matched with errors.Is (a *CallError wraps them).
-var (
-	// ErrInFlight: another call with the key is running (or its owner
-	// lost the key to a retry); CallError.RetryAfter says when to retry.
-	ErrInFlight = errors.New("idem: a call with this key is in flight")
-	// ErrMismatch: the key was used with another name or input.
-	ErrMismatch = errors.New("idem: the key was used with another name or input")
-	// ErrStoreUnavailable: the store could not be reached, or the result
-	// could not be recorded; fn's effect, if it ran, is not known to be
-	// recorded, so retry with the same key.
-	ErrStoreUnavailable = errors.New("idem: the idempotency store is unavailable")
-	// ErrNotRetained: a call with the key completed, but its result was
-	// larger than WithMaxResponseBytes and not kept; it will not run again.
-	ErrNotRetained = errors.New("idem: the call completed but its result was not kept")
-)
-
 // CallError is every refusal and failure of Engine.Call that is idem's,
 // not fn's: errors.Is matches it with ErrInFlight, ErrMismatch,
 // ErrStoreUnavailable, ErrNotRetained, ErrKeyMissing, ErrKeyInvalid,
@@ -67,9 +52,9 @@ var (
 // context error, the store's error).
 type CallError struct {
 	// Problem is the reason, a problem name as HTTP answers carry
-	// (ProblemInFlight, ProblemPayloadMismatch, ...).
+	// (problem.InFlight, problem.PayloadMismatch, ...).
 	Problem string
-	// RetryAfter, for ProblemInFlight, is when a retry may find the call
+	// RetryAfter, for problem.InFlight, is when a retry may find the call
 	// finished or its owner's lease lapsed.
 	RetryAfter time.Duration
 	// Err is the cause, when there is one.
@@ -78,7 +63,7 @@ type CallError struct {
 
 func (e *CallError) Error() string {
 	msg := "idem: call refused: " + e.Problem
-	if info, ok := LookupProblem(e.Problem); ok {
+	if info, ok := problem.Lookup(e.Problem); ok {
 		msg = "idem: call: " + info.Title
 	}
 	if e.Err != nil {
@@ -91,17 +76,17 @@ func (e *CallError) Error() string {
 func (e *CallError) Unwrap() []error {
 	var errs []error
 	switch e.Problem {
-	case ProblemInFlight:
+	case problem.InFlight:
 		errs = append(errs, ErrInFlight)
-	case ProblemPayloadMismatch:
+	case problem.PayloadMismatch:
 		errs = append(errs, ErrMismatch)
-	case ProblemStoreUnavailable:
+	case problem.StoreUnavailable:
 		errs = append(errs, ErrStoreUnavailable)
-	case ProblemNotRetained:
+	case problem.NotRetained:
 		errs = append(errs, ErrNotRetained)
-	case ProblemMissingKey:
+	case problem.MissingKey:
 		errs = append(errs, ErrKeyMissing)
-	case ProblemScopeUnavailable:
+	case problem.ScopeUnavailable:
 		errs = append(errs, ErrNoScope)
 	}
 	if e.Err != nil {
@@ -125,7 +110,7 @@ func (e *CallError) Unwrap() []error {
 // retryable under the default outcome policy) and is returned as is, so a
 // retry runs fn again: return a final business outcome (a declined card)
 // as a result, not an error. A panic in fn releases the key and is
-// returned as a CallError (ProblemHandlerPanic) with the panic and stack.
+// returned as a CallError (problem.HandlerPanic) with the panic and stack.
 //
 // Every other failure is a *CallError (see its errors.Is matches). A call
 // inside another call's or a request's fn is a call of its own, under its
@@ -135,13 +120,13 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 		return CallResult{}, errors.New("idem: call: nil function")
 	}
 	if req.Key == "" {
-		return CallResult{}, &CallError{Problem: ProblemMissingKey}
+		return CallResult{}, &CallError{Problem: problem.MissingKey}
 	}
 	if k, err := parseKey([]string{req.Key}); err != nil || k != req.Key {
 		if err == nil {
 			err = keyErr("quoted key (pass the key itself)")
 		}
-		return CallResult{}, &CallError{Problem: ProblemInvalidKey, Err: err}
+		return CallResult{}, &CallError{Problem: problem.InvalidKey, Err: err}
 	}
 	if req.Name == "" || adapterkit.CanonicalRoute(req.Name) != req.Name {
 		return CallResult{}, fmt.Errorf("idem: call: invalid name %q: not empty, and its own adapterkit.CanonicalRoute", req.Name)
@@ -161,13 +146,13 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 		Body:   adapterkit.BodyBytes(func() []byte { return input }), Scope: req.Scope, call: true,
 	})
 	if err != nil {
-		return CallResult{}, &CallError{Problem: ProblemStoreUnavailable, Err: err}
+		return CallResult{}, &CallError{Problem: problem.StoreUnavailable, Err: err}
 	}
 	switch d.Outcome {
 	case Replay:
 		if d.Response.Status != http.StatusOK {
 			// A failure the outcome policy made final.
-			return CallResult{}, &CallError{Problem: ProblemHandlerError,
+			return CallResult{}, &CallError{Problem: problem.HandlerError,
 				Err: fmt.Errorf("idem: call: the first call failed finally (status %d)", d.Response.Status)}
 		}
 		return CallResult{Value: bytes.Clone(d.Response.Body), Replayed: true}, nil
@@ -187,7 +172,7 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 	}
 	switch {
 	case x.panicked != nil:
-		return CallResult{}, &CallError{Problem: ProblemHandlerPanic, Err: x.panicked}
+		return CallResult{}, &CallError{Problem: problem.HandlerPanic, Err: x.panicked}
 	case x.err != nil:
 		return CallResult{}, x.err
 	}
@@ -198,11 +183,11 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 func (e *Engine) callRefusal(ctx context.Context, d *Decision) error {
 	ce := &CallError{Problem: d.Problem}
 	switch d.Problem {
-	case ProblemInFlight:
+	case problem.InFlight:
 		if s, err := strconv.Atoi(d.Response.Header.Get("Retry-After")); err == nil {
 			ce.RetryAfter = time.Duration(s) * time.Second
 		}
-	case ProblemCanceled:
+	case problem.Canceled:
 		ce.Err = context.Cause(ctx)
 	}
 	return ce
@@ -212,11 +197,11 @@ func (e *Engine) callRefusal(ctx context.Context, d *Decision) error {
 func callCommitError(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		return &CallError{Problem: ProblemInFlight, Err: err}
+		return &CallError{Problem: problem.InFlight, Err: err}
 	case errors.Is(err, storekit.ErrNotCommitted):
-		return &CallError{Problem: ProblemHandlerError, Err: err}
+		return &CallError{Problem: problem.HandlerError, Err: err}
 	}
-	return &CallError{Problem: ProblemStoreUnavailable, Err: err}
+	return &CallError{Problem: problem.StoreUnavailable, Err: err}
 }
 
 // CallJSON is Call for a value of any type, recorded as its JSON encoding

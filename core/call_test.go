@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"testing"
@@ -63,8 +64,8 @@ func TestCallAbortHandlerPanic(t *testing.T) {
 		_, err = e.Call(context.Background(), req, func(context.Context) ([]byte, error) { panic(http.ErrAbortHandler) })
 	}()
 	var ce *core.CallError
-	if !errors.As(err, &ce) || ce.Problem != core.ProblemHandlerPanic {
-		t.Fatalf("Call = %v; want CallError %s", err, core.ProblemHandlerPanic)
+	if !errors.As(err, &ce) || ce.Problem != problem.HandlerPanic {
+		t.Fatalf("Call = %v; want CallError %s", err, problem.HandlerPanic)
 	}
 	r, err := e.Call(context.Background(), req, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
 	if err != nil || r.Replayed || string(r.Value) != "ok" {

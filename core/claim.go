@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,7 +33,7 @@ func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimReq
 		}
 		rec := res.Record
 		if rec.Method != claim.Method || rec.Route != claim.Route || rec.Fingerprint != claim.Fingerprint {
-			e.refuse(ctx, d, EventMismatch, ProblemPayloadMismatch, http.StatusUnprocessableEntity, took,
+			e.refuse(ctx, d, EventMismatch, problem.PayloadMismatch, http.StatusUnprocessableEntity, took,
 				"this idempotency key was already used with a different request; use a new key for a new request")
 			return d, nil
 		}
@@ -56,15 +57,15 @@ func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimReq
 func (e *Engine) claimFailed(ctx context.Context, d *Decision, err error, took time.Duration) (*Decision, error) {
 	if ctx.Err() != nil {
 		err = e.scrub(err, d.Key)
-		e.observe(Event{Kind: EventCanceled, Problem: ProblemCanceled, Scope: d.Scope, Route: d.route, Status: statusClientClosedRequest, Duration: took, Err: err})
+		e.observe(Event{Kind: EventCanceled, Problem: problem.Canceled, Scope: d.Scope, Route: d.route, Status: statusClientClosedRequest, Duration: took, Err: err})
 		e.log(ctx, slog.LevelInfo, "canceled", d.Key, d.Scope, d.route, slog.Any("err", err))
-		d.answer(Reject, ProblemCanceled, e.problem(ProblemCanceled, "the request was cancelled before it was processed"))
+		d.answer(Reject, problem.Canceled, e.problem(problem.Canceled, "the request was cancelled before it was processed"))
 		return d, nil
 	}
 	err = e.scrub(fmt.Errorf("idem: claim: %w", err), d.Key)
-	e.observe(Event{Kind: EventStoreError, Problem: ProblemStoreUnavailable, Scope: d.Scope, Route: d.route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
+	e.observe(Event{Kind: EventStoreError, Problem: problem.StoreUnavailable, Scope: d.Scope, Route: d.route, Status: http.StatusServiceUnavailable, Duration: took, Err: err})
 	e.log(ctx, slog.LevelError, "store_error", d.Key, d.Scope, d.route, slog.Any("err", err))
-	d.answer(Reject, ProblemStoreUnavailable, e.problem(ProblemStoreUnavailable,
+	d.answer(Reject, problem.StoreUnavailable, e.problem(problem.StoreUnavailable,
 		"the idempotency store could not be reached; the request was not processed"))
 	return d, err
 }
@@ -86,7 +87,7 @@ func (e *Engine) own(ctx context.Context, d *Decision, rec *storekit.Record, fre
 // replayed, or 409 when the response was not kept.
 func (e *Engine) completed(ctx context.Context, d *Decision, sr *storekit.StoredResponse, took time.Duration) {
 	if sr.NotRetained {
-		e.refuse(ctx, d, EventNotRetained, ProblemNotRetained, http.StatusConflict, took,
+		e.refuse(ctx, d, EventNotRetained, problem.NotRetained, http.StatusConflict, took,
 			"the request with this key completed with status "+strconv.Itoa(sr.Status)+
 				" but its response was too large or streamed to keep; it will not be run again")
 		return
@@ -103,20 +104,20 @@ func (e *Engine) completed(ctx context.Context, d *Decision, sr *storekit.Stored
 func (e *Engine) conflict(ctx context.Context, d *Decision, left, took time.Duration) {
 	hint := min(e.cfg.retryAfter, left)
 	retry := max(int64((hint+time.Second-1)/time.Second), 1)
-	e.refuse(ctx, d, EventConflict, ProblemInFlight, http.StatusConflict, took,
+	e.refuse(ctx, d, EventConflict, problem.InFlight, http.StatusConflict, took,
 		"a request with this idempotency key is still being processed; retry after the indicated delay")
 	d.Response.Header.Set("Retry-After", strconv.FormatInt(retry, 10))
 }
 
 // refuse makes d a Reject after the claim, with its event and log line.
-func (e *Engine) refuse(ctx context.Context, d *Decision, kind EventKind, problem string, status int, took time.Duration, detail string) {
-	e.observe(Event{Kind: kind, Problem: problem, Scope: d.Scope, Route: d.route, Status: status, Duration: took})
+func (e *Engine) refuse(ctx context.Context, d *Decision, kind string, pname string, status int, took time.Duration, detail string) {
+	e.observe(Event{Kind: kind, Problem: pname, Scope: d.Scope, Route: d.route, Status: status, Duration: took})
 	level := slog.LevelInfo
 	if kind == EventMismatch {
 		level = slog.LevelWarn
 	}
 	e.log(ctx, level, string(kind), d.Key, d.Scope, d.route)
-	d.answer(Reject, problem, e.problem(problem, detail))
+	d.answer(Reject, pname, e.problem(pname, detail))
 }
 
 // waiter paces WithWait: a duplicate asks again when the store reports a

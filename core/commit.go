@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"log/slog"
 	"net/http"
 	"time"
@@ -13,7 +14,7 @@ import (
 )
 
 // Commit records the handler's response for the decision's key: final
-// responses are stored for replay, retryable ones (see WithOutcomePolicy)
+// responses are stored for replay, retryable ones (see WithRetryable)
 // mark the key failed so it may be retried. The write is fenced by the lease
 // token: a stale owner gets an error wrapping ErrLeaseLost and changes
 // nothing. Commit runs on a context detached from ctx's cancellation, bounded
@@ -51,7 +52,7 @@ func (e *Engine) commit(ctx context.Context, d *Decision, resp adapterkit.Respon
 		// that is no result to replay. Release the key.
 		kind = EventAbort
 		err = e.store.Fail(cctx, d.lease.fence)
-	case e.cfg.policy(status) == Retryable:
+	case e.cfg.retryable(status):
 		kind = EventFail
 		err = e.store.Fail(cctx, d.lease.fence)
 	case resp.Streamed || resp.Truncated:
@@ -98,13 +99,13 @@ func (e *Engine) Abort(ctx context.Context, d *Decision, cause error) error {
 // resolves.
 func (e *Engine) commitErrorResponse(err error) *adapterkit.Response {
 	if errors.Is(err, storekit.ErrNotCommitted) {
-		return e.problem(ProblemHandlerError, "the request failed: its writes did not commit; it was not completed")
+		return e.problem(problem.HandlerError, "the request failed: its writes did not commit; it was not completed")
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		return e.problem(ProblemInFlight,
+		return e.problem(problem.InFlight,
 			"this request lost ownership of its idempotency key to a retry; retry to get the recorded result")
 	}
-	return e.problem(ProblemStoreUnavailable, "the result of this request could not be recorded; retry with the same key")
+	return e.problem(problem.StoreUnavailable, "the result of this request could not be recorded; retry with the same key")
 }
 
 // detached returns the context of the decision's one Commit or Abort: ctx's
@@ -121,18 +122,18 @@ func (e *Engine) detached(ctx context.Context, d *Decision, now time.Time) *comm
 
 // finished reports the end of a Commit or Abort: err is the store's,
 // cause the handler's failure (event only).
-func (e *Engine) finished(ctx context.Context, d *Decision, kind EventKind, status int, took time.Duration, err, cause error) error {
+func (e *Engine) finished(ctx context.Context, d *Decision, kind string, status int, took time.Duration, err, cause error) error {
 	d.release()
 	if err != nil {
-		problem := ProblemStoreUnavailable
+		pname := problem.StoreUnavailable
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			kind, problem = EventLeaseLost, ProblemInFlight
+			kind, pname = EventLeaseLost, problem.InFlight
 		case errors.Is(err, storekit.ErrNotCommitted):
-			problem = ProblemHandlerError
+			pname = problem.HandlerError
 		}
 		err = e.scrub(fmt.Errorf("idem: %s: %w", kind, err), d.Key)
-		e.observe(Event{Kind: kind, Problem: problem, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: err})
+		e.observe(Event{Kind: kind, Problem: pname, Scope: d.Scope, Route: d.route, Status: status, Duration: took, Err: err})
 		e.log(ctx, slog.LevelError, string(kind), d.Key, d.Scope, d.route, slog.Any("err", err))
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"log/slog"
 	"net/http"
@@ -79,13 +80,13 @@ func (e *Engine) admit(ctx context.Context, req *Request, method, route string) 
 		if !e.cfg.required {
 			// Named, so a staged roll-out can count the clients that send
 			// no key yet before requiring one.
-			e.observe(Event{Kind: EventBypass, Problem: ProblemMissingKey, Route: route})
+			e.observe(Event{Kind: EventBypass, Problem: problem.MissingKey, Route: route})
 			return "", "", &Decision{Outcome: Bypass, eng: e}
 		}
-		return "", "", e.reject(ctx, route, ProblemMissingKey, "the "+e.cfg.header+" header is required for "+method+" requests", nil)
+		return "", "", e.reject(ctx, route, problem.MissingKey, "the "+e.cfg.header+" header is required for "+method+" requests", nil)
 	}
 	if err != nil {
-		return "", "", e.reject(ctx, route, ProblemInvalidKey, err.Error(), nil)
+		return "", "", e.reject(ctx, route, problem.InvalidKey, err.Error(), nil)
 	}
 	scope, err = e.scopeOf(ctx, req)
 	if err == nil && scope == "" && !e.cfg.sharedKeySpace {
@@ -98,7 +99,7 @@ func (e *Engine) admit(ctx context.Context, req *Request, method, route string) 
 		// The scope function's error says why (no session, auth backend
 		// down): logged and in the event, never in the answer.
 		err = e.scrub(fmt.Errorf("idem: scope: %w", err), key)
-		return "", "", e.reject(ctx, route, ProblemScopeUnavailable, "the request's tenant could not be determined", err)
+		return "", "", e.reject(ctx, route, problem.ScopeUnavailable, "the request's tenant could not be determined", err)
 	}
 	return key, scope, nil
 }
@@ -130,11 +131,11 @@ func (e *Engine) requestBody(ctx context.Context, req *Request, key, route strin
 		body, tooLarge = inMemory, int64(len(inMemory)) > e.cfg.maxRequest
 	}
 	if tooLarge || isMaxBytesError(err) { // our limit, or one set outside (http.MaxBytesReader)
-		return nil, read, e.reject(ctx, route, ProblemBodyTooLarge, "the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes", nil)
+		return nil, read, e.reject(ctx, route, problem.BodyTooLarge, "the request body exceeds "+strconv.FormatInt(e.cfg.maxRequest, 10)+" bytes", nil)
 	}
 	if err != nil {
 		// The client went away or sent a broken body; nothing was claimed.
-		return nil, read, e.reject(ctx, route, ProblemBodyUnreadable, "the request body could not be read", e.scrub(err, key))
+		return nil, read, e.reject(ctx, route, problem.BodyUnreadable, "the request body could not be read", e.scrub(err, key))
 	}
 	return body, read, nil
 }

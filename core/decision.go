@@ -18,7 +18,7 @@ type Decision struct {
 	// to a value slice reallocates).
 	Response *adapterkit.Response
 	// Problem is the machine-readable reason of a Reject: a problem name
-	// (ProblemInFlight, ProblemPayloadMismatch, ...; LookupProblem gives
+	// (problem.InFlight, problem.PayloadMismatch, ...; problem.Lookup gives
 	// its status and title). "" for Bypass, Proceed and Replay.
 	Problem string
 	// Body is the request body as Decide read it; the adapter hands it to

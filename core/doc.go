@@ -22,8 +22,8 @@
 // error handler) and call Engine.Serve, which owns the whole flow: Decide,
 // the handler on the lease's context, panic -> Abort + 500, Commit, the
 // answer to a failed commit. Every policy lives here too: outcomes carry a
-// machine-readable problem name (Decision.Problem, LookupProblem), observer
-// events have typed kinds (EventKind), and routes are recorded in canonical form
+// machine-readable problem name (Decision.Problem; the catalogue is core/problem), observer
+// events have named kinds (EventClaim, ...), and routes are recorded in canonical form
 // (adapterkit.CanonicalRoute), so a fleet mixing frameworks shares records.
 //
 // Work that is not an HTTP request (a queue consumer, a job, a gRPC
@@ -38,9 +38,9 @@
 // unless the engine opts into one shared key space (WithSharedKeySpace).
 //
 // No idempotency key appears in what the engine logs, reports or returns:
-// keys are logged as a short hash (RedactKey; unless WithLogKeys), and text
+// keys are logged as a short hash (RedactKey), and text
 // from elsewhere (store errors, a scope function's error, a handler's error
-// or panic value) is scrubbed of the key (ScrubText: verbatim, Go-, JSON-,
+// or panic value) is scrubbed of the key (storekit.ScrubText: verbatim, Go-, JSON-,
 // SQL- and URL-escaped, hex; at any key length, a form shorter than 8
 // bytes where it stands alone) before it is logged, observed or handed to
 // an error handler or an adapter.

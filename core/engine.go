@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/internal/redact"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -49,12 +50,6 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	cfg.replayHeaders = canon
 	return &Engine{store: store, cfg: cfg}, nil
 }
-
-// ErrNoScope refuses (401) a request that names no tenant on an engine
-// without WithScope or WithSharedKeySpace: idem fails closed rather than
-// put every client into one key space.
-var ErrNoScope = errors.New("idem: the request has no scope (tenant); set a scope function " +
-	"(the adapter's WithScope, or core.WithScope), or opt into one key space shared by all clients with core.WithSharedKeySpace()")
 
 // CheckScope is called by adapter constructors: it returns an error naming
 // option (the adapter's scope option, e.g. "nethttpidem.WithScope") unless
@@ -182,19 +177,13 @@ func (e *Engine) log(ctx context.Context, level slog.Level, msg, key, scope, rou
 // redact hides a key behind a short hash: enough to correlate log lines,
 // useless to replay the request.
 func (e *Engine) redact(key string) string {
-	if e.cfg.logKeys {
-		return key
-	}
 	return RedactKey(key)
 }
 
-// scrub returns err with the key scrubbed from its message (scrubError),
+// scrub returns err with the key scrubbed from its message (redact.Error),
 // so that a store error, a scope function's error, a handler's error or
 // panic quoting the key cannot carry it into a log line, an event or an
 // error handler. errors.Is and errors.As still see the original chain.
 func (e *Engine) scrub(err error, key string) error {
-	if e.cfg.logKeys {
-		return err
-	}
-	return scrubError(err, key)
+	return redact.Error(err, key)
 }

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 
@@ -35,13 +36,13 @@ func Example() {
 		case core.Replay:
 			return d.Response.Status, string(d.Response.Body) + " (replayed)"
 		case core.Reject:
-			info, _ := core.LookupProblem(d.Problem) // no JSON parsing needed
+			info, _ := problem.Lookup(d.Problem) // no JSON parsing needed
 			return info.Status, d.Problem
 		}
 		runs++
 		result := fmt.Sprintf("invoice %d sent", runs)
 		if err := eng.Commit(d.Context(ctx), d, adapterkit.Response{Status: http.StatusCreated, Body: []byte(result)}); err != nil {
-			return http.StatusServiceUnavailable, core.ProblemStoreUnavailable
+			return http.StatusServiceUnavailable, problem.StoreUnavailable
 		}
 		return http.StatusCreated, result
 	}

@@ -20,8 +20,8 @@ func WithClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) { c.now = now })
 }
 
-func ProblemResponse(base, name string, status int, detail string) *adapterkit.Response {
-	return problemResponse(base, name, status, detail)
+func ProblemResponse(name string, status int, detail string) *adapterkit.Response {
+	return problemResponse(name, status, detail)
 }
 
 func (e *Engine) Problem(name, detail string) *adapterkit.Response { return e.problem(name, detail) }

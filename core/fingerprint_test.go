@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"regexp"
 	"testing"
@@ -75,7 +76,7 @@ func TestFingerprintHeaders(t *testing.T) {
 	t.Cleanup(func() { _ = eng.Abort(t.Context(), d, nil) })
 	r2 := request("k", payBody)
 	r2.Header.Set("Accept", "text/csv")
-	requireProblem(t, decide(t, eng, r2), http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	requireProblem(t, decide(t, eng, r2), http.StatusUnprocessableEntity, problem.PayloadMismatch)
 }
 
 func TestFingerprintCanonicalJSON(t *testing.T) {

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,7 @@ func TestDeadOwnerTakenOver(t *testing.T) {
 		alive := newEngine(t, mem, core.WithLease(lease))
 
 		zombie := proceed(t, dead, request("k", payBody))
-		requireProblem(t, decide(t, alive, request("k", payBody)), http.StatusConflict, core.ProblemInFlight)
+		requireProblem(t, decide(t, alive, request("k", payBody)), http.StatusConflict, problem.InFlight)
 
 		var heir *core.Decision
 		require.Eventually(t, func() bool {
@@ -98,7 +99,7 @@ func TestDeadOwnerTakenOver(t *testing.T) {
 		require.NotNil(t, heir)
 		require.ErrorIs(t, dead.Commit(context.Background(), zombie, adapterkit.Response{Status: 500}), core.ErrLeaseLost)
 		require.ErrorIs(t, dead.Abort(context.Background(), zombie, nil), core.ErrFinished)
-		requireProblem(t, decide(t, alive, request("k2", payBody)), http.StatusConflict, core.ProblemInFlight)
+		requireProblem(t, decide(t, alive, request("k2", payBody)), http.StatusConflict, problem.InFlight)
 		require.NoError(t, alive.Commit(context.Background(), heir, created("heir2")))
 	})
 }

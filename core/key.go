@@ -1,17 +1,7 @@
 package core
 
 import (
-	"errors"
 	"strings"
-)
-
-// MaxKeyBytes is the longest idempotency key accepted, in bytes after decoding.
-const MaxKeyBytes = 255
-
-// Key parsing errors, wrapped by parseKey.
-var (
-	ErrKeyMissing = errors.New("idem: idempotency key missing")
-	ErrKeyInvalid = errors.New("idem: idempotency key invalid")
 )
 
 // parseKey extracts the idempotency key from the values of its header lines.

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"testing"
 
@@ -39,10 +40,10 @@ func TestDecideAsksLazily(t *testing.T) {
 		{"safe method", http.MethodGet, "k1", withScope, false, core.Bypass, "", false, false, 0},
 		{"no route, no key", http.MethodPost, "", withScope, true, core.Bypass, "", false, true, 0},
 		{"no route, a key", http.MethodPost, "k2", withScope, true, core.Bypass, "", false, true, 0},
-		{"missing key", http.MethodPost, "", withScope, false, core.Reject, core.ProblemMissingKey, false, true, 0},
-		{"invalid key", http.MethodPost, "bad\x01key", withScope, false, core.Reject, core.ProblemInvalidKey, false, true, 0},
-		{"scope error", http.MethodPost, "k3", noScope, false, core.Reject, core.ProblemScopeUnavailable, false, true, 0},
-		{"over the limit", http.MethodPost, "k4", withScope, false, core.Reject, core.ProblemBodyTooLarge, true, true, 0},
+		{"missing key", http.MethodPost, "", withScope, false, core.Reject, problem.MissingKey, false, true, 0},
+		{"invalid key", http.MethodPost, "bad\x01key", withScope, false, core.Reject, problem.InvalidKey, false, true, 0},
+		{"scope error", http.MethodPost, "k3", noScope, false, core.Reject, problem.ScopeUnavailable, false, true, 0},
+		{"over the limit", http.MethodPost, "k4", withScope, false, core.Reject, problem.BodyTooLarge, true, true, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

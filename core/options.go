@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 )
@@ -19,35 +18,18 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// Class is how the outcome policy classifies a finished response.
-type Class int
-
-const (
-	// Final responses are stored and replayed to every retry.
-	Final Class = iota
-	// Retryable responses are not stored: the record becomes failed and a
-	// retry with the same request runs the handler again.
-	Retryable
-)
-
-// DefaultOutcomePolicy stores 2xx–4xx as final, except 408, 409, 425 and 429,
-// which tell the client to try again; 5xx and anything else are retryable.
-func DefaultOutcomePolicy(status int) Class {
+// DefaultRetryable is the default outcome policy (WithRetryable): 408,
+// 409, 425 and 429, which tell the client to try again, and every status
+// outside 2xx–4xx are retryable; the rest is final, stored and replayed.
+func DefaultRetryable(status int) bool {
 	switch status {
 	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
-		return Retryable
+		return true
 	}
-	if status >= 200 && status < 500 {
-		return Final
-	}
-	return Retryable
+	return status < 200 || status >= 500
 }
 
-// DefaultReplayHeaders returns the default response header allow-list kept
-// for replay (WithReplayHeaders), a new slice on each call.
-func DefaultReplayHeaders() []string { return slices.Clone(defaultReplayHeaders) }
-
-// defaultReplayHeaders is DefaultReplayHeaders' list, shared by every
+// defaultReplayHeaders is WithReplayHeaders' default, shared by every
 // engine's default config: New canonicalises a copy.
 var defaultReplayHeaders = []string{
 	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location", "Content-Disposition", "Vary",
@@ -75,7 +57,7 @@ type config struct {
 	retention      time.Duration
 	maxRequest     int64
 	maxResponse    int
-	policy         func(status int) Class
+	retryable      func(status int) bool
 	replayHeaders  []string
 	replayed       string // WithReplayedHeader
 	fpHeaders      []string
@@ -87,12 +69,10 @@ type config struct {
 	waitPoll       time.Duration
 	now            func() time.Time
 	logger         *slog.Logger
-	logKeys        bool
 	observer       func(Event)
 	commitTimeout  time.Duration
 	stepsRequired  bool // step.go
 	retryAfter     time.Duration
-	problemBaseURI string
 }
 
 func defaultConfig() config {
@@ -104,7 +84,7 @@ func defaultConfig() config {
 		retention:     24 * time.Hour,
 		maxRequest:    1 << 20,
 		maxResponse:   1 << 20,
-		policy:        DefaultOutcomePolicy,
+		retryable:     DefaultRetryable,
 		replayHeaders: defaultReplayHeaders,
 		replayed:      ReplayedHeader,
 		scope:         requestScope,
@@ -170,15 +150,19 @@ func WithMaxResponseBytes(n int) Option {
 	return optionFunc(func(c *config) { c.maxResponse = n })
 }
 
-// WithOutcomePolicy sets how a response status is classified at commit.
-// Default: DefaultOutcomePolicy.
-func WithOutcomePolicy(p func(status int) Class) Option {
-	return optionFunc(func(c *config) { c.policy = p })
+// WithRetryable sets which response statuses are retryable: not stored,
+// the record is released and a retry with the same request runs the
+// handler again. Every other status is final: stored and replayed to every
+// retry. Default: DefaultRetryable.
+func WithRetryable(retryable func(status int) bool) Option {
+	return optionFunc(func(c *config) { c.retryable = retryable })
 }
 
 // WithReplayHeaders replaces the response header allow-list kept for replay.
 // Set-Cookie, Date, Authorization-related and hop-by-hop headers are refused
-// by New. Default: DefaultReplayHeaders().
+// by New. Default: Content-Type, Content-Encoding, Content-Language,
+// Content-Location, Content-Disposition, Vary, Location, ETag,
+// Last-Modified, Link and Preference-Applied (Policy.ReplayHeaders).
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) { c.replayHeaders = append([]string(nil), names...) })
 }
@@ -250,15 +234,9 @@ func WithWaitPoll(d time.Duration) Option {
 }
 
 // WithLogger sets the logger for decisions and failures. Keys are logged as
-// a short hash unless WithLogKeys(true). Default: no logging.
+// a short hash (RedactKey), never in clear. Default: no logging.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
-}
-
-// WithLogKeys logs idempotency keys in clear. Keys can be guessable
-// capabilities; leave this off in production. Default: false.
-func WithLogKeys(on bool) Option {
-	return optionFunc(func(c *config) { c.logKeys = on })
 }
 
 // WithObserver sets a hook called synchronously for every decision and
@@ -279,12 +257,6 @@ func WithCommitTimeout(d time.Duration) Option {
 // Default: 1s.
 func WithRetryAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryAfter = d })
-}
-
-// WithProblemBaseURI sets the prefix of problem `type` URIs.
-// Default: ProblemBaseURI.
-func WithProblemBaseURI(uri string) Option {
-	return optionFunc(func(c *config) { c.problemBaseURI = uri })
 }
 
 func (c *config) validate() error {
@@ -316,7 +288,7 @@ func (c *config) validate() error {
 	if c.maxResponse < 0 {
 		bad("max response bytes must not be negative, got %d", c.maxResponse)
 	}
-	if c.policy == nil {
+	if c.retryable == nil {
 		bad("outcome policy is nil")
 	}
 	if c.scope == nil {

@@ -47,10 +47,8 @@ type Policy struct {
 	// CanonicalJSON: JSON bodies are compared in canonical form (key order
 	// and whitespace do not matter).
 	CanonicalJSON bool
-	// ProblemBaseURI prefixes the type URI of every problem response.
-	ProblemBaseURI string
 
-	final func(status int) Class
+	retryable func(status int) bool
 }
 
 // Policy returns the policy the engine runs with. The slices are the
@@ -66,10 +64,6 @@ func (e *Engine) Policy() Policy {
 		fp[i] = http.CanonicalHeaderKey(h)
 	}
 	slices.Sort(fp)
-	base := e.cfg.problemBaseURI
-	if base == "" {
-		base = ProblemBaseURI
-	}
 	return Policy{
 		Header:             e.cfg.header,
 		ReplayedHeader:     e.cfg.replayed,
@@ -85,8 +79,7 @@ func (e *Engine) Policy() Policy {
 		ReplayHeaders:      slices.Clone(e.cfg.replayHeaders),
 		FingerprintHeaders: fp,
 		CanonicalJSON:      e.cfg.canonicalJSON,
-		ProblemBaseURI:     base,
-		final:              e.cfg.policy,
+		retryable:          e.cfg.retryable,
 	}
 }
 
@@ -99,8 +92,8 @@ func (p Policy) Protects(method string) bool {
 // to retries (the outcome policy classifies it final), as opposed to
 // leaving the key retryable.
 func (p Policy) Replayed(status int) bool {
-	if p.final == nil {
-		return DefaultOutcomePolicy(status) == Final
+	if p.retryable == nil {
+		return !DefaultRetryable(status)
 	}
-	return p.final(status) == Final
+	return !p.retryable(status)
 }

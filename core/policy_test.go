@@ -20,7 +20,6 @@ func TestPolicyFollowsOptions(t *testing.T) {
 	assert.Equal(t, 24*time.Hour, def.Retention)
 	assert.Equal(t, 30*time.Second, def.Lease)
 	assert.Equal(t, time.Duration(0), def.Wait)
-	assert.Equal(t, core.ProblemBaseURI, def.ProblemBaseURI)
 	assert.True(t, def.Replayed(201))
 	assert.True(t, def.Replayed(400))
 	assert.False(t, def.Replayed(409))
@@ -29,13 +28,8 @@ func TestPolicyFollowsOptions(t *testing.T) {
 	p := newEngine(t, memstore.New(),
 		core.WithHeader("x-request-key"), core.WithKeyRequired(false), core.WithMethods("post", "put", "delete"),
 		core.WithRetention(90*time.Minute), core.WithLease(10*time.Second), core.WithWait(2*time.Second),
-		core.WithCanonicalJSON(true), core.WithFingerprintHeaders("accept"), core.WithProblemBaseURI("https://example.com/p/"),
-		core.WithOutcomePolicy(func(s int) core.Class {
-			if s == 201 {
-				return core.Final
-			}
-			return core.Retryable
-		}),
+		core.WithCanonicalJSON(true), core.WithFingerprintHeaders("accept"),
+		core.WithRetryable(func(s int) bool { return s != 201 }),
 	).Policy()
 	assert.Equal(t, "X-Request-Key", p.Header)
 	assert.False(t, p.KeyRequired)

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"testing"
@@ -33,21 +34,21 @@ func TestFingerprintGoldenCanonicalRoutes(t *testing.T) {
 }
 
 func TestProblemTable(t *testing.T) {
-	for _, p := range core.Problems() {
-		name, ok := strings.CutPrefix(p.Type, core.ProblemBaseURI)
+	for _, p := range problem.All() {
+		name, ok := strings.CutPrefix(p.Type, problem.BaseURI)
 		if !ok {
-			t.Errorf("problem %q: type not under %s", p.Type, core.ProblemBaseURI)
+			t.Errorf("problem %q: type not under %s", p.Type, problem.BaseURI)
 		}
-		info, ok := core.LookupProblem(name)
+		info, ok := problem.Lookup(name)
 		if !ok || info != p || info.Status == 0 || info.Title == "" || info.Detail != "" {
 			t.Errorf("problem %q: %+v %v", name, info, ok)
 		}
-		r := core.ProblemResponse("", name, 0, "d")
+		r := core.ProblemResponse(name, 0, "d")
 		if r.Status != info.Status {
 			t.Errorf("problem %q: response status %d, table %d", name, r.Status, info.Status)
 		}
 	}
-	if _, ok := core.LookupProblem("nope"); ok {
+	if _, ok := problem.Lookup("nope"); ok {
 		t.Error("unknown problem found")
 	}
 }
@@ -66,10 +67,10 @@ func TestNoScopeFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Outcome != core.Reject || d.Problem != core.ProblemScopeUnavailable || d.Response.Status != http.StatusUnauthorized {
+	if d.Outcome != core.Reject || d.Problem != problem.ScopeUnavailable || d.Response.Status != http.StatusUnauthorized {
 		t.Fatalf("decision %v %q %d, want reject scope-unavailable 401", d.Outcome, d.Problem, d.Response.Status)
 	}
-	if len(events) != 1 || !errors.Is(events[0].Err, core.ErrNoScope) || events[0].Problem != core.ProblemScopeUnavailable {
+	if len(events) != 1 || !errors.Is(events[0].Err, core.ErrNoScope) || events[0].Problem != problem.ScopeUnavailable {
 		t.Fatalf("events %+v, want one carrying ErrNoScope", events)
 	}
 	if err := eng.CheckScope("xidem.WithScope", false); err == nil || !strings.Contains(err.Error(), "xidem.WithScope") ||

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"runtime/debug"
 
@@ -79,7 +80,7 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 	if herr != nil && resp.Status == 0 && len(resp.Body) == 0 && !resp.Streamed && !resp.Truncated {
 		// The handler failed and nothing rendered its error: answer a 500
 		// problem, and let the policy classify it (retryable by default).
-		problem := e.problem(ProblemHandlerError, "the request failed; it was not completed")
+		problem := e.problem(problem.HandlerError, "the request failed; it was not completed")
 		if err := e.commit(lctx, d, *problem, herr); err != nil {
 			x.Discard()
 			return e.answerError(x, err, e.commitErrorResponse(err))
@@ -115,7 +116,7 @@ func cut(x adapterkit.Exchange) {
 // handler, writing fallback when the handler stays silent.
 func (e *Engine) answerError(x adapterkit.Exchange, err error, fallback *adapterkit.Response) error {
 	if fallback == nil {
-		fallback = e.problem(ProblemStoreUnavailable, "the idempotency store could not be reached; the request was not processed")
+		fallback = e.problem(problem.StoreUnavailable, "the idempotency store could not be reached; the request was not processed")
 	}
 	answered, rerr := x.OnError(err, fallback)
 	if answered {

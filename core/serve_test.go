@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestRetryAfterOption(t *testing.T) {
 	for name, r := range map[string]*adapterkit.Response{
 		"lease lost":        eng.CommitErrorResponse(core.ErrLeaseLost),
 		"commit failure":    eng.CommitErrorResponse(errors.New("connection reset")),
-		"store unavailable": eng.Problem(core.ProblemStoreUnavailable, "x"),
+		"store unavailable": eng.Problem(problem.StoreUnavailable, "x"),
 	} {
 		if got := r.Header.Get("Retry-After"); got != "4" {
 			t.Errorf("%s: Retry-After %q, want 4", name, got)
@@ -48,7 +49,7 @@ func (s cancelStore) Claim(ctx context.Context, _ storekit.ClaimRequest) (storek
 // claim is no store outage: no error, request-canceled, and the observer
 // says canceled.
 func TestCanceledIsNotStoreUnavailable(t *testing.T) {
-	var kinds []core.EventKind
+	var kinds []string
 	eng, err := core.New(cancelStore{memstore.New()}, core.WithSharedKeySpace(),
 		core.WithObserver(func(ev core.Event) { kinds = append(kinds, ev.Kind) }))
 	if err != nil {
@@ -61,8 +62,8 @@ func TestCanceledIsNotStoreUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decide: %v, want no system error", err)
 	}
-	if d.Outcome != core.Reject || d.Problem != core.ProblemCanceled || d.Problem == core.ProblemStoreUnavailable {
-		t.Fatalf("decision %v %q, want reject %q", d.Outcome, d.Problem, core.ProblemCanceled)
+	if d.Outcome != core.Reject || d.Problem != problem.Canceled || d.Problem == problem.StoreUnavailable {
+		t.Fatalf("decision %v %q, want reject %q", d.Outcome, d.Problem, problem.Canceled)
 	}
 	if len(kinds) != 1 || kinds[0] != core.EventCanceled {
 		t.Errorf("events %v, want [canceled]", kinds)

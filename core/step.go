@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -23,34 +22,10 @@ import (
 // function again. This is Brandur Leach's "atomic phases" with the
 // idempotency record as the recovery point.
 
-// Limits on steps.
-const (
-	// MaxStepBytes is the largest result a step may store (64 KiB): a step
-	// records what an effect produced (a charge id, a reservation number),
-	// not a payload. A larger result fails the step with ErrStepTooLarge.
-	MaxStepBytes = 64 << 10
-)
-
 // stepSaveTimeout bounds the store write of a step's result. The write runs
 // on a context detached from the handler's cancellation: once the effect
 // happened, recording it matters even if the client went away.
 const stepSaveTimeout = 5 * time.Second
-
-// Errors returned by Step besides the function's own and the store's.
-var (
-	// ErrStepsUnsupported: the handler runs under a lease granted by a
-	// store that does not implement storekit.StepStore. Step refuses to run the
-	// function rather than run it unprotected (a takeover would repeat it).
-	// WithStepsRequired reports it when the engine is built instead.
-	ErrStepsUnsupported = errors.New("idem: the store does not keep steps (it does not implement storekit.StepStore)")
-	// ErrStepTooLarge: the function succeeded but its result exceeds
-	// MaxStepBytes, so it was not stored. The effect happened and a retry
-	// will run it again.
-	ErrStepTooLarge = errors.New("idem: step result exceeds MaxStepBytes")
-	// ErrStepName: the name is empty, longer than storekit.MaxStepNameBytes, not
-	// UTF-8 or holds control characters. The function did not run.
-	ErrStepName = errors.New("idem: invalid step name")
-)
 
 // stepStoreOf finds the StepStore behind s, looking through decorators.
 func stepStoreOf(s Store) storekit.StepStore {

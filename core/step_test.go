@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"sync"
@@ -131,7 +132,7 @@ func TestStepResumesAfterRetryableOutcome(t *testing.T) {
 
 	// Another payload under the key: 422, before any step.
 	d = decide(t, eng, request("k1", `{"amount":50000}`))
-	requireProblem(t, d, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	requireProblem(t, d, http.StatusUnprocessableEntity, problem.PayloadMismatch)
 	assert.EqualValues(t, 1, reserve.runs.Load())
 }
 

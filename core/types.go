@@ -42,17 +42,9 @@ func (o Outcome) String() string {
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
-// ReplayedHeader marks a replayed response.
-const ReplayedHeader = "Idempotent-Replayed"
-
-// Errors returned by Commit and Abort besides the store's.
-var (
-	// errNotOwner: Commit or Abort on a decision that is not Proceed (an
-	// adapter's bug: Serve never does it).
-	errNotOwner = errors.New("idem: decision does not own the key")
-	// ErrFinished: Commit or Abort called a second time for one decision.
-	ErrFinished = errors.New("idem: decision already committed or aborted")
-)
+// errNotOwner: Commit or Abort on a decision that is not Proceed (an
+// adapter's bug: Serve never does it).
+var errNotOwner = errors.New("idem: decision does not own the key")
 
 // Request is what an adapter hands to Decide.
 type Request struct {

@@ -1,6 +1,7 @@
 package echoidem_test
 
 import (
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -26,7 +27,7 @@ func TestRequestBodyTooLarge(t *testing.T) {
 	s.Start()
 	r := s.Do("POST", "/x", "k", `{"far":"too large"}`)
 	if assert.Equal(t, http.StatusRequestEntityTooLarge, r.Status, "got %v", r) {
-		assert.Equal(t, core.ProblemBodyTooLarge, problemType(t, r))
+		assert.Equal(t, problem.BodyTooLarge, problemType(t, r))
 	}
 	assert.Zero(t, runs.Load(), "handler runs")
 }

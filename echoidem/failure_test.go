@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 )
@@ -76,7 +76,7 @@ func TestPanicAnswers500AndKeyIsRetryable(t *testing.T) {
 
 	first := s.Do("POST", "/v1/payments", "k", `{}`)
 	require.Equal(t, http.StatusInternalServerError, first.Status, "first: %v", first)
-	require.Equal(t, core.ProblemHandlerPanic, problemType(t, first), "first: %v", first)
+	require.Equal(t, problem.HandlerPanic, problemType(t, first), "first: %v", first)
 	assert.False(t, outerSawPanic.Load(), "panic propagated to the outer middleware")
 	assert.EqualValues(t, http.StatusInternalServerError, outerStatus.Load(), "status the outer middleware saw")
 	second := s.Do("POST", "/v1/payments", "k", `{}`)

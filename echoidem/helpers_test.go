@@ -2,6 +2,7 @@ package echoidem_test
 
 import (
 	"encoding/json"
+	"github.com/idemkit/idem/core/problem"
 	"strings"
 	"testing"
 
@@ -46,8 +47,8 @@ var (
 func problemType(t *testing.T, r *result) string {
 	t.Helper()
 	assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "Content-Type of %v", r)
-	var p core.Problem
+	var p problem.Details
 	require.NoError(t, json.Unmarshal(r.Body, &p), "problem body %q", r.Body)
 	assert.Equal(t, r.Status, p.Status, "problem status, response status")
-	return strings.TrimPrefix(p.Type, core.ProblemBaseURI)
+	return strings.TrimPrefix(p.Type, problem.BaseURI)
 }

@@ -2,6 +2,7 @@ package echoidem_test
 
 import (
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -10,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/echoidem"
 )
 
@@ -39,7 +39,7 @@ func TestSkipLetsRequestsThrough(t *testing.T) {
 	// Not skipped: the key is required.
 	r := s.Do("POST", "/webhook", "", "")
 	if assert.Equal(t, http.StatusBadRequest, r.Status, "unskipped request without key: %v", r) {
-		assert.Equal(t, core.ProblemMissingKey, problemType(t, r), "unskipped request without key")
+		assert.Equal(t, problem.MissingKey, problemType(t, r), "unskipped request without key")
 	}
 }
 
@@ -83,7 +83,7 @@ func TestScopeSeparatesTenants(t *testing.T) {
 	assert.EqualValues(t, 2, runs.Load(), "handler runs: one per tenant")
 	anon := s.Do("POST", "/pay", "k", "")
 	if assert.Equal(t, http.StatusUnauthorized, anon.Status, "no user: %v", anon) {
-		assert.Equal(t, core.ProblemScopeUnavailable, problemType(t, anon), "no user")
+		assert.Equal(t, problem.ScopeUnavailable, problemType(t, anon), "no user")
 	}
 	calls := scopeCalls.Load()
 	r := s.Do("GET", "/pay", "", "")

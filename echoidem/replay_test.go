@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -84,7 +84,7 @@ func TestNativeResponsesReplayIdentically(t *testing.T) {
 			// A different body under the same key is refused.
 			mismatch := s.Do("POST", "/v1/payments", "key-1", `{"amount":50000}`)
 			if assert.Equal(t, http.StatusUnprocessableEntity, mismatch.Status, "mismatch: %v", mismatch) {
-				assert.Equal(t, core.ProblemPayloadMismatch, problemType(t, mismatch), "mismatch")
+				assert.Equal(t, problem.PayloadMismatch, problemType(t, mismatch), "mismatch")
 			}
 		})
 	}
@@ -160,7 +160,7 @@ func TestStreamedResponseIsNotRetained(t *testing.T) {
 	require.Equal(t, "chunk 0\nchunk 1\nchunk 2\n", string(first.Body), "first")
 	again := s.Do("POST", "/stream", "k", "")
 	if assert.Equal(t, http.StatusConflict, again.Status, "retry: %v", again) {
-		assert.Equal(t, core.ProblemNotRetained, problemType(t, again), "retry")
+		assert.Equal(t, problem.NotRetained, problemType(t, again), "retry")
 	}
 	assert.EqualValues(t, 1, runs.Load(), "handler runs")
 }

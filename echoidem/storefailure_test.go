@@ -3,6 +3,7 @@ package echoidem_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -55,8 +56,8 @@ func TestStoreFailures(t *testing.T) {
 		wantBody   string // problem type, or exact body for custom handlers
 		wantRuns   int32
 	}{
-		{"ClaimDefault", failStore{claim: true}, nil, 503, core.ProblemStoreUnavailable, 0},
-		{"CommitDefault", failStore{finish: true}, nil, 503, core.ProblemStoreUnavailable, 1},
+		{"ClaimDefault", failStore{claim: true}, nil, 503, problem.StoreUnavailable, 0},
+		{"CommitDefault", failStore{finish: true}, nil, 503, problem.StoreUnavailable, 1},
 		{"ClaimCustomWrites", failStore{claim: true}, []echoidem.Option{echoidem.WithErrorHandler(
 			func(c echo.Context, err error, fb *adapterkit.Response) error {
 				assert.ErrorIs(t, err, errDown, "error handler's error")
@@ -68,7 +69,7 @@ func TestStoreFailures(t *testing.T) {
 				return echo.NewHTTPError(http.StatusServiceUnavailable, "not recorded").SetInternal(err)
 			})}, 503, `{"message":"not recorded"}`, 1},
 		{"NilErrorHandlerKeepsDefault", failStore{claim: true}, []echoidem.Option{echoidem.WithErrorHandler(nil), nil},
-			503, core.ProblemStoreUnavailable, 0},
+			503, problem.StoreUnavailable, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.store.Store = memstore.New()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"sync"
@@ -240,9 +241,9 @@ func TestPanicReleasesKey(t *testing.T) {
 	r := mustDo(t, cl, "POST", url, "x", "Idempotency-Key", "p1")
 	require.Equal(t, http.StatusInternalServerError, r.Status, "panic answer: %v %s", r.Header, r.Body)
 	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "panic answer: %v %s", r.Header, r.Body)
-	var p core.Problem
+	var p problem.Details
 	require.NoError(t, json.Unmarshal([]byte(r.Body), &p), "problem %q", r.Body)
-	require.Equal(t, core.ProblemBaseURI+core.ProblemHandlerPanic, p.Type, "problem %q", r.Body)
+	require.Equal(t, problem.BaseURI+problem.HandlerPanic, p.Type, "problem %q", r.Body)
 	assert.Empty(t, r.Header.Get("X-Handler"), "the handler's headers went out with the problem: %v", r.Header)
 	assert.Empty(t, r.Header.Get("Set-Cookie"), "the handler's headers went out with the problem: %v", r.Header)
 	assert.Equal(t, "req-1", r.Header.Get("X-Request-ID"), "earlier middleware's header lost: %v", r.Header)
@@ -459,9 +460,9 @@ func TestStreamedAndTruncated(t *testing.T) {
 			require.Equal(t, tc.body, r.Body, "first body")
 			r = mustDo(t, cl, "POST", url, "", "Idempotency-Key", "s1")
 			require.Equal(t, http.StatusConflict, r.Status, "retry: %s", r.Body)
-			var p core.Problem
+			var p problem.Details
 			require.NoError(t, json.Unmarshal([]byte(r.Body), &p), "retry: %s", r.Body)
-			require.Equal(t, core.ProblemBaseURI+core.ProblemNotRetained, p.Type, "retry: %s", r.Body)
+			require.Equal(t, problem.BaseURI+problem.NotRetained, p.Type, "retry: %s", r.Body)
 			assert.EqualValues(t, 1, runs.Load(), "handler runs")
 		})
 	}

@@ -2,6 +2,7 @@ package ginidem_test
 
 import (
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -116,8 +117,8 @@ func TestRejectionsAbortChain(t *testing.T) {
 		n.Add(1)
 		c.Status(http.StatusCreated)
 	})
-	checkProblem(t, serve(r, req{Path: "/v1/payments", Body: payBody}), http.StatusBadRequest, core.ProblemMissingKey)
-	checkProblem(t, serve(r, req{Path: "/v1/payments", Key: "bad\x01key", Body: payBody}), http.StatusBadRequest, core.ProblemInvalidKey)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Body: payBody}), http.StatusBadRequest, problem.MissingKey)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Key: "bad\x01key", Body: payBody}), http.StatusBadRequest, problem.InvalidKey)
 	assert.Zero(t, n.Load(), "handler runs after rejections")
 	// Safe methods bypass idem entirely.
 	r.GET("/v1/payments", mw(newEngine(t)), func(c *gin.Context) { c.String(http.StatusOK, "list") })
@@ -147,8 +148,8 @@ func TestBodyAndRoute(t *testing.T) {
 	assert.Equal(t, http.StatusOK, first.Status, "first status")
 	assert.Equal(t, `{"amount":1000,"order":"7","route":"/v1/orders/:id/confirm"}`, string(first.Body), "first body")
 	mismatch := serve(r, req{Path: "/v1/orders/7/confirm", Key: "b", Body: `{"amount":50000}`})
-	checkProblem(t, mismatch, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	checkProblem(t, mismatch, http.StatusUnprocessableEntity, problem.PayloadMismatch)
 	other := serve(r, req{Path: "/v1/orders/8/confirm", Key: "b", Body: payBody})
-	checkProblem(t, other, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	checkProblem(t, other, http.StatusUnprocessableEntity, problem.PayloadMismatch)
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }

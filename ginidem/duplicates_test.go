@@ -1,6 +1,7 @@
 package ginidem_test
 
 import (
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 				res := serve(r, req{Path: "/v1/payments", Key: "dup", Body: payBody})
 				if res.Status == http.StatusConflict {
 					assert.NotEmpty(t, res.Header.Get("Retry-After"), "409 without Retry-After")
-					assert.Contains(t, string(res.Body), core.ProblemInFlight, "409 body is not the in-flight problem")
+					assert.Contains(t, string(res.Body), problem.InFlight, "409 body is not the in-flight problem")
 				}
 				statuses <- res.Status
 			}()

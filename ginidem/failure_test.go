@@ -2,6 +2,7 @@ package ginidem_test
 
 import (
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -42,7 +43,7 @@ func TestPanicAnswers500AndReleasesKey(t *testing.T) {
 	}, func(*gin.Context) { after.Add(1) })
 
 	first := serve(r, req{Path: "/v1/payments", Key: "p", Body: payBody})
-	checkProblem(t, first, http.StatusInternalServerError, core.ProblemHandlerPanic)
+	checkProblem(t, first, http.StatusInternalServerError, problem.HandlerPanic)
 	assert.Empty(t, first.Header.Get("Set-Cookie"), "the panicking handler's headers leaked: %v", first.Header)
 	assert.Zero(t, recovered.Load(), "gin.Recovery saw the panic; the middleware must have answered it")
 	assert.Zero(t, after.Load(), "the handler after the panicking one ran")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -53,18 +54,18 @@ var (
 )
 
 // checkProblem checks that r is a problem+json response of the given
-// status and type name (core.Problem*).
+// status and type name (problem.Details*).
 func checkProblem(t *testing.T, r *response, status int, name string) {
 	t.Helper()
 	if !assert.Equal(t, status, r.Status, "status (%s); body %q", name, r.Body) {
 		return
 	}
 	assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
-	var p core.Problem
+	var p problem.Details
 	if !assert.NoError(t, json.Unmarshal(r.Body, &p), "problem body %q", r.Body) {
 		return
 	}
-	assert.Equal(t, core.ProblemBaseURI+name, p.Type, "problem type")
+	assert.Equal(t, problem.BaseURI+name, p.Type, "problem type")
 }
 
 var errCommitDown = errors.New("test: complete failed")

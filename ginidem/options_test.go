@@ -2,6 +2,7 @@ package ginidem_test
 
 import (
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/ginidem"
 )
 
@@ -40,7 +40,7 @@ func TestScopeSeparatesUsers(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, bob.Status, "bob")
 	assert.EqualValues(t, 2, n.Load(), "handler runs: one per user")
 	checkReplay(t, alice, serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody, Header: map[string]string{"X-User-ID": "alice"}}))
-	checkProblem(t, serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody}), http.StatusUnauthorized, core.ProblemScopeUnavailable)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Key: "same", Body: payBody}), http.StatusUnauthorized, problem.ScopeUnavailable)
 	assert.EqualValues(t, 2, n.Load(), "handler ran without a scope")
 }
 
@@ -54,7 +54,7 @@ func TestSkipLetsRequestsThrough(t *testing.T) {
 	r.POST("/v1/payments", mw, func(c *gin.Context) { c.Status(http.StatusCreated) })
 	got := serve(r, req{Path: "/v1/payments", Body: payBody, Header: map[string]string{"X-Internal": "1"}})
 	assert.Equal(t, http.StatusCreated, got.Status, "skipped request; body %q", got.Body)
-	checkProblem(t, serve(r, req{Path: "/v1/payments", Body: payBody}), http.StatusBadRequest, core.ProblemMissingKey)
+	checkProblem(t, serve(r, req{Path: "/v1/payments", Body: payBody}), http.StatusBadRequest, problem.MissingKey)
 }
 
 // TestNilOptionsAndEngine: nil options are ignored; New with a nil engine

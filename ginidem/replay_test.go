@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net"
 	"net/http"
@@ -16,8 +17,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/idemkit/idem/core"
 )
 
 // TestNativeReplay runs gin's own response helpers, which write through
@@ -159,7 +158,7 @@ func TestStreamedNotRetained(t *testing.T) {
 	assert.Equal(t, http.StatusOK, first.Status)
 	assert.Equal(t, "chunk;chunk;", string(first.Body))
 	assert.Equal(t, "text/event-stream", first.Header.Get("Content-Type"))
-	checkProblem(t, serve(r, req{Path: "/v1/export", Key: "x", Body: payBody}), http.StatusConflict, core.ProblemNotRetained)
+	checkProblem(t, serve(r, req{Path: "/v1/export", Key: "x", Body: payBody}), http.StatusConflict, problem.NotRetained)
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }
 
@@ -206,7 +205,7 @@ func TestHijackedConnectionNotReplayed(t *testing.T) {
 	}
 	s, b = post()
 	assert.Equal(t, http.StatusConflict, s, "retry status")
-	assert.Contains(t, b, core.ProblemNotRetained, "retry body")
+	assert.Contains(t, b, problem.NotRetained, "retry body")
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }
 
@@ -225,6 +224,6 @@ func TestWriteBehindCapture(t *testing.T) {
 	first := serve(r, req{Path: "/v1/old", Key: "hc", Body: payBody})
 	assert.Equal(t, http.StatusCreated, first.Status, "first: the re-routed handler's answer")
 	assert.Equal(t, "new", string(first.Body), "first: the re-routed handler's answer")
-	checkProblem(t, serve(r, req{Path: "/v1/old", Key: "hc", Body: payBody}), http.StatusConflict, core.ProblemNotRetained)
+	checkProblem(t, serve(r, req{Path: "/v1/old", Key: "hc", Body: payBody}), http.StatusConflict, problem.NotRetained)
 	assert.EqualValues(t, 1, n.Load(), "handler runs")
 }

@@ -2,6 +2,7 @@ package ginidem_test
 
 import (
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapterkit"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/core/memstore"
@@ -34,7 +34,7 @@ func TestStoreDownAnswers503(t *testing.T) {
 	r.POST("/custom", mw(eng, custom), h)
 
 	def := serve(r, req{Path: "/default", Key: "d", Body: payBody})
-	checkProblem(t, def, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	checkProblem(t, def, http.StatusServiceUnavailable, problem.StoreUnavailable)
 	assert.NotEmpty(t, def.Header.Get("Retry-After"), "503 without Retry-After")
 	cus := serve(r, req{Path: "/custom", Key: "d", Body: payBody})
 	assert.Equal(t, http.StatusServiceUnavailable, cus.Status, "custom status")
@@ -63,7 +63,7 @@ func TestCommitFailureDiscardsResponse(t *testing.T) {
 	})), func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"charged": true}) })
 
 	got := serve(r, req{Path: "/default", Key: "c", Body: payBody})
-	checkProblem(t, got, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	checkProblem(t, got, http.StatusServiceUnavailable, problem.StoreUnavailable)
 	assert.Empty(t, got.Header.Get("Set-Cookie"), "the unrecorded response's cookie leaked")
 	assert.NotContains(t, string(got.Body), "charged", "the unrecorded response's body leaked")
 	got = serve(r, req{Path: "/custom", Key: "c2", Body: payBody})
@@ -85,7 +85,7 @@ func TestErrorHandlerWritesNothing(t *testing.T) {
 	r.POST("/status", mw(eng, ginidem.WithErrorHandler(func(c *gin.Context, _ error, _ *adapterkit.Response) {
 		c.Status(http.StatusBadGateway)
 	})), h)
-	checkProblem(t, serve(r, req{Path: "/log", Key: "l", Body: payBody}), http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	checkProblem(t, serve(r, req{Path: "/log", Key: "l", Body: payBody}), http.StatusServiceUnavailable, problem.StoreUnavailable)
 	assert.EqualValues(t, 1, logged.Load(), "error handler calls")
 	got := serve(r, req{Path: "/status", Key: "l", Body: payBody})
 	assert.Equal(t, http.StatusBadGateway, got.Status, "status-only error handler: its 502")

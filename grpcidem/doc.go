@@ -33,7 +33,7 @@
 //
 // # Status codes
 //
-// idem's answers, by problem (core.ProblemInFlight, ...; see Code):
+// idem's answers, by problem (problem.InFlight, ...; see Code):
 //
 //	answer                                  problem             code
 //	a call with the key is in flight        in-flight           Aborted, with retry-after (seconds) and

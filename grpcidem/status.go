@@ -3,6 +3,7 @@ package grpcidem
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/core/problem"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -16,23 +17,23 @@ import (
 // Code returns the status code a refusal of core.Engine.Call (a
 // *core.CallError with this problem) is answered with; the package
 // documentation has the table.
-func Code(problem string) codes.Code {
-	switch problem {
-	case core.ProblemInFlight:
+func Code(name string) codes.Code {
+	switch name {
+	case problem.InFlight:
 		return codes.Aborted
-	case core.ProblemPayloadMismatch:
+	case problem.PayloadMismatch:
 		return codes.FailedPrecondition
-	case core.ProblemNotRetained:
+	case problem.NotRetained:
 		return codes.AlreadyExists
-	case core.ProblemMissingKey, core.ProblemInvalidKey:
+	case problem.MissingKey, problem.InvalidKey:
 		return codes.InvalidArgument
-	case core.ProblemScopeUnavailable:
+	case problem.ScopeUnavailable:
 		return codes.Unauthenticated
-	case core.ProblemBodyTooLarge:
+	case problem.BodyTooLarge:
 		return codes.ResourceExhausted
-	case core.ProblemStoreUnavailable:
+	case problem.StoreUnavailable:
 		return codes.Unavailable
-	case core.ProblemCanceled:
+	case problem.Canceled:
 		return codes.Canceled
 	}
 	return codes.Internal // handler-panic, handler-error
@@ -47,10 +48,10 @@ func statusOf(ctx context.Context, err error) error {
 		return err
 	}
 	msg := "grpcidem: " + ce.Problem
-	if info, ok := core.LookupProblem(ce.Problem); ok {
+	if info, ok := problem.Lookup(ce.Problem); ok {
 		msg = "grpcidem: " + info.Title
 	}
-	if ce.Problem == core.ProblemInFlight {
+	if ce.Problem == problem.InFlight {
 		secs := max(int64(ce.RetryAfter.Seconds()), 1)
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(
 			RetryAfterTrailer, strconv.FormatInt(secs, 10),

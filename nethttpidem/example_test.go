@@ -3,6 +3,7 @@ package nethttpidem_test
 import (
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -74,7 +75,7 @@ func ExampleNew_stagedRollout() {
 		core.WithKeyRequired(false),
 		core.WithObserver(func(ev core.Event) { // otelidem's tel.Observer() in production
 			switch {
-			case ev.Kind == core.EventBypass && ev.Problem == core.ProblemMissingKey:
+			case ev.Kind == core.EventBypass && ev.Problem == problem.MissingKey:
 				withoutKey++
 			case ev.Kind == core.EventClaim || ev.Kind == core.EventReplay:
 				withKey++

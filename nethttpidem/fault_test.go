@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net"
 	"net/http"
@@ -100,11 +101,11 @@ type faultResp struct {
 func (r faultResp) replayed() bool { return r.header.Get(core.ReplayedHeader) == "true" }
 
 func (r faultResp) problemType() string {
-	var p core.Problem
+	var p problem.Details
 	if err := json.Unmarshal(r.body, &p); err != nil {
 		return ""
 	}
-	return strings.TrimPrefix(p.Type, core.ProblemBaseURI)
+	return strings.TrimPrefix(p.Type, problem.BaseURI)
 }
 
 // post sends POST /p with the given key header lines (nil: no header).
@@ -471,7 +472,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 			panic("boom")
 		}, nil)
 		r := env.postKey("p", "{}")
-		if r.status != 500 || r.problemType() != core.ProblemHandlerPanic {
+		if r.status != 500 || r.problemType() != problem.HandlerPanic {
 			t.Fatalf("panic: %d %s", r.status, r.body)
 		}
 		if r.header.Get("Set-Cookie") != "" || r.header.Get("X-Half-Done") != "" || bytes.Contains(r.body, []byte("partial")) {
@@ -548,7 +549,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 		}
 		for range 3 {
 			b := env.postKey("fl", `{"a":1}`)
-			if b.status != 409 || b.problemType() != core.ProblemNotRetained || b.replayed() {
+			if b.status != 409 || b.problemType() != problem.NotRetained || b.replayed() {
 				t.Fatalf("retry of a streamed response: %d %s", b.status, b.body)
 			}
 		}
@@ -583,7 +584,7 @@ func TestFaultHandlerBehaviours(t *testing.T) {
 		require.Equal(t, core.EventCommit, nextCommit(t, ended))
 		b := env.postKey("hj", "{}")
 		assert.Equal(t, 409, b.status, "retry of a hijacked response: %s", b.body)
-		assert.Equal(t, core.ProblemNotRetained, b.problemType(), "retry of a hijacked response: %s", b.body)
+		assert.Equal(t, problem.NotRetained, b.problemType(), "retry of a hijacked response: %s", b.body)
 		assert.Equal(t, 1, env.runsOf("hj"), "handler runs")
 	})
 
@@ -664,7 +665,7 @@ func TestFaultLargeResponseNotBufferedWhole(t *testing.T) {
 	if m := maxBuffered.Load(); m > limit {
 		t.Errorf("recorder buffered %d bytes, limit %d", m, limit)
 	}
-	if r := env.postKey("big", "{}"); r.status != 409 || r.problemType() != core.ProblemNotRetained || env.runsOf("big") != 1 {
+	if r := env.postKey("big", "{}"); r.status != 409 || r.problemType() != problem.NotRetained || env.runsOf("big") != 1 {
 		t.Errorf("retry: %d %s runs %d", r.status, r.body, env.runsOf("big"))
 	}
 
@@ -677,7 +678,7 @@ func TestFaultLargeResponseNotBufferedWhole(t *testing.T) {
 	over := http.Header{"X-Size": {"over"}}
 	o1 := env.post([]string{"over"}, strings.NewReader("{}"), over)
 	o2 := env.post([]string{"over"}, strings.NewReader("{}"), over)
-	if len(o1.body) != limit+1 || o2.status != 409 || o2.problemType() != core.ProblemNotRetained {
+	if len(o1.body) != limit+1 || o2.status != 409 || o2.problemType() != problem.NotRetained {
 		t.Errorf("response one byte over the limit: %d bytes, retry %d %s", len(o1.body), o2.status, o2.body)
 	}
 }
@@ -712,7 +713,7 @@ func TestFaultMemstoreFloodBounded(t *testing.T) {
 				switch {
 				case resp.StatusCode == 201:
 					ok.Add(1)
-				case resp.StatusCode == 503 && bytes.Contains(b, []byte(core.ProblemStoreUnavailable)):
+				case resp.StatusCode == 503 && bytes.Contains(b, []byte(problem.StoreUnavailable)):
 					full.Add(1)
 				default:
 					other.Add(1)

@@ -4,6 +4,7 @@ package nethttpidem_test
 // added, deleted or sent after the body, reach the client as without idem.
 
 import (
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -59,7 +60,7 @@ func TestHeaderDeletionsHonoured(t *testing.T) {
 	assert.Equal(t, "1", p.Header().Get("X-Outer-Kept"), "problem: the outer headers")
 	assert.Equal(t, "1", p.Header().Get("X-Outer-Deleted"), "problem: the outer headers, as set before the handler")
 	assert.Empty(t, p.Header().Get("X-Handler"), "problem: none of the handler's headers")
-	assert.Contains(t, p.Body.String(), core.ProblemHandlerPanic)
+	assert.Contains(t, p.Body.String(), problem.HandlerPanic)
 }
 
 // TestHandlerTrailersReachClient: a handler's trailers (declared with the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -74,7 +75,7 @@ func newClient(t *testing.T) *http.Client {
 
 func problemType(t *testing.T, body string) string {
 	t.Helper()
-	var p core.Problem
+	var p problem.Details
 	require.NoError(t, json.Unmarshal([]byte(body), &p), "body %q", body)
 	return p.Type
 }
@@ -86,8 +87,8 @@ const payBody = `{"amount":1000,"currency":"JPY","to":"alice"}`
 // EventLeaseLost) once the store has recorded it: the engine reports the
 // event after the store call returns. A test waits on it instead of
 // polling for the record to change. The channel holds 16 events.
-func commits() (core.Option, <-chan core.EventKind) {
-	ch := make(chan core.EventKind, 16)
+func commits() (core.Option, <-chan string) {
+	ch := make(chan string, 16)
 	return core.WithObserver(func(ev core.Event) {
 		switch ev.Kind {
 		case core.EventCommit, core.EventFail, core.EventAbort, core.EventLeaseLost:
@@ -97,7 +98,7 @@ func commits() (core.Option, <-chan core.EventKind) {
 }
 
 // nextCommit waits for the next event on ch (see commits).
-func nextCommit(t *testing.T, ch <-chan core.EventKind) core.EventKind {
+func nextCommit(t *testing.T, ch <-chan string) string {
 	t.Helper()
 	select {
 	case k := <-ch:
@@ -203,7 +204,7 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 					}
 				case http.StatusConflict:
 					conflicts++
-					assert.Equal(t, core.ProblemBaseURI+core.ProblemInFlight, problemType(t, r.body))
+					assert.Equal(t, problem.BaseURI+problem.InFlight, problemType(t, r.body))
 					assert.NotEmpty(t, r.header.Get("Retry-After"))
 					if conflicts == total-1 {
 						open() // every duplicate answered while the owner was blocked
@@ -298,7 +299,7 @@ func TestFlushedResponseNotRetained(t *testing.T) {
 			r2, err := post(client, srv.URL+"/events", "stream-1", payBody)
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusConflict, r2.status)
-			assert.Equal(t, core.ProblemBaseURI+core.ProblemNotRetained, problemType(t, r2.body))
+			assert.Equal(t, problem.BaseURI+problem.NotRetained, problemType(t, r2.body))
 			assert.EqualValues(t, 1, runs.Load(), "handler executions")
 		})
 	}
@@ -333,7 +334,7 @@ func TestHijackedResponseNotRetained(t *testing.T) {
 	r2, err := post(client, srv.URL+"/raw", "hj-1", payBody)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusConflict, r2.status, r2.body)
-	assert.Equal(t, core.ProblemBaseURI+core.ProblemNotRetained, problemType(t, r2.body))
+	assert.Equal(t, problem.BaseURI+problem.NotRetained, problemType(t, r2.body))
 	assert.EqualValues(t, 1, runs.Load())
 }
 
@@ -425,7 +426,7 @@ func TestScopeErrorIs401(t *testing.T) {
 	r, err := post(newClient(t), srv.URL+"/pay", "k", payBody)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, r.status)
-	assert.Equal(t, core.ProblemBaseURI+core.ProblemScopeUnavailable, problemType(t, r.body))
+	assert.Equal(t, problem.BaseURI+problem.ScopeUnavailable, problemType(t, r.body))
 	assert.Zero(t, runs.Load())
 }
 
@@ -489,8 +490,8 @@ func TestCommitFailureHidesHandlerResponse(t *testing.T) {
 		wantStatus int
 		wantType   string
 	}{
-		{"store_error", errors.New("db down at commit"), http.StatusServiceUnavailable, core.ProblemStoreUnavailable},
-		{"lease_lost", fmt.Errorf("fenced: %w", core.ErrLeaseLost), http.StatusConflict, core.ProblemInFlight},
+		{"store_error", errors.New("db down at commit"), http.StatusServiceUnavailable, problem.StoreUnavailable},
+		{"lease_lost", fmt.Errorf("fenced: %w", core.ErrLeaseLost), http.StatusConflict, problem.InFlight},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -503,7 +504,7 @@ func TestCommitFailureHidesHandlerResponse(t *testing.T) {
 			r, err := post(newClient(t), srv.URL+"/pay", "k", payBody)
 			require.NoError(t, err)
 			assert.Equal(t, tc.wantStatus, r.status, r.body)
-			assert.Equal(t, core.ProblemBaseURI+tc.wantType, problemType(t, r.body))
+			assert.Equal(t, problem.BaseURI+tc.wantType, problemType(t, r.body))
 			assert.Empty(t, r.header.Get("Set-Cookie"), "the handler's headers must not leak into the problem")
 			assert.NotEmpty(t, r.header.Get("Retry-After"))
 		})

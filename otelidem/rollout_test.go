@@ -2,6 +2,7 @@ package otelidem_test
 
 import (
 	"context"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestRolloutCountsRequestsWithoutKey(t *testing.T) {
 	decide(req("k-1", `{}`)) // replay
 
 	points := r.collect(t)
-	missing := attribute.String("idem.problem", core.ProblemMissingKey)
+	missing := attribute.String("idem.problem", problem.MissingKey)
 	if got := sum(points, "idem.decisions", outcome("bypass"), missing); got != 3 {
 		t.Errorf("bypass without a key = %d, want 3", got)
 	}

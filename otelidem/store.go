@@ -55,7 +55,7 @@ func (s *store) end(span trace.Span, scope, key string, err error) {
 	if err != nil {
 		// Every form of the key (quoted, escaped, hex), at any length:
 		// core's rule, the one the engine's logs follow.
-		msg := core.ScrubText(err.Error(), key)
+		msg := storekit.ScrubText(err.Error(), key)
 		if scope != "" && !s.t.cfg.scope {
 			msg = strings.ReplaceAll(msg, scope, "<scope>")
 		}

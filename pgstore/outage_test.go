@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"log/slog"
 	"net"
@@ -333,11 +334,11 @@ type outageResp struct {
 }
 
 func (r outageResp) problem() string {
-	var p core.Problem
+	var p problem.Details
 	if json.Unmarshal(r.body, &p) != nil {
 		return ""
 	}
-	return strings.TrimPrefix(p.Type, core.ProblemBaseURI)
+	return strings.TrimPrefix(p.Type, problem.BaseURI)
 }
 
 func (e *outageEnv) post(user, key string) outageResp {
@@ -455,7 +456,7 @@ func testOutageProxyCut(t *testing.T, transactional bool) {
 	runsBefore := env.totalRuns()
 	for i := range 10 {
 		r := env.post("u", key("during-"+strconv.Itoa(i)))
-		if r.err != nil || r.status != 503 || r.problem() != core.ProblemStoreUnavailable || r.header.Get("Retry-After") == "" {
+		if r.err != nil || r.status != 503 || r.problem() != problem.StoreUnavailable || r.header.Get("Retry-After") == "" {
 			t.Errorf("during the outage: %d %q %s %v", r.status, r.header.Get("Retry-After"), r.body, r.err)
 		}
 	}
@@ -474,7 +475,7 @@ func testOutageProxyCut(t *testing.T, transactional bool) {
 	// the client must not get the 201.
 	close(release)
 	mid := <-midDone
-	if mid.err != nil || mid.status != 503 || mid.problem() != core.ProblemStoreUnavailable {
+	if mid.err != nil || mid.status != 503 || mid.problem() != problem.StoreUnavailable {
 		t.Fatalf("handler finishing during the outage: %d %s %v (want 503: its outcome was not recorded)", mid.status, mid.body, mid.err)
 	}
 	if transactional && env.ledgerRows("u", key("mid")) != 0 {
@@ -711,8 +712,8 @@ func TestOutageTerminateBackendsUnderLoad(t *testing.T) {
 				return
 			case r.status == 201:
 				return
-			case r.status == 409 && (r.problem() == core.ProblemInFlight),
-				r.status == 503 && r.problem() == core.ProblemStoreUnavailable,
+			case r.status == 409 && (r.problem() == problem.InFlight),
+				r.status == 503 && r.problem() == problem.StoreUnavailable,
 				r.status == 500 && bytes.Contains(r.body, []byte("ledger write failed")):
 			default:
 				t.Errorf("%s: unexpected answer %d %s", k, r.status, r.body)

@@ -105,7 +105,7 @@ type cli struct {
 func (c *cli) fail(code int, err error) int {
 	// Every form of the key (quoted, escaped), whatever its length:
 	// core's rule, the one idem's logs follow.
-	fmt.Fprintln(c.stderr, "idemctl:", core.ScrubText(err.Error(), c.secret))
+	fmt.Fprintln(c.stderr, "idemctl:", storekit.ScrubText(err.Error(), c.secret))
 	return code
 }
 
@@ -318,7 +318,7 @@ func scrubArgs(msg string, fs *flag.FlagSet, args []string) string {
 		if strings.HasPrefix(a, "-") && fs.Lookup(name) != nil {
 			continue
 		}
-		msg = core.ScrubText(msg, a)
+		msg = storekit.ScrubText(msg, a)
 	}
 	return msg
 }

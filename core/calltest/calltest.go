@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -268,7 +269,7 @@ func panicReleases(t *testing.T, s core.Store) {
 	e := engine(t, s)
 	_, err := e.Call(ctx(t), req("kp", "1"), func(context.Context) ([]byte, error) { panic("boom") })
 	var ce *core.CallError
-	if !errors.As(err, &ce) || ce.Problem != core.ProblemHandlerPanic {
+	if !errors.As(err, &ce) || ce.Problem != problem.HandlerPanic {
 		t.Fatalf("panicking fn: %v; want CallError handler-panic", err)
 	}
 	r, err := e.Call(ctx(t), req("kp", "1"), func(context.Context) ([]byte, error) { return []byte("ok"), nil })
@@ -426,8 +427,8 @@ func limits(t *testing.T, s core.Store) {
 		return nil, nil
 	}
 	var ce *core.CallError
-	if _, err := e.Call(ctx(t), req("big-in", "123456789"), never); !errors.As(err, &ce) || ce.Problem != core.ProblemBodyTooLarge {
-		t.Errorf("input over the limit: %v; want CallError %s", err, core.ProblemBodyTooLarge)
+	if _, err := e.Call(ctx(t), req("big-in", "123456789"), never); !errors.As(err, &ce) || ce.Problem != problem.BodyTooLarge {
+		t.Errorf("input over the limit: %v; want CallError %s", err, problem.BodyTooLarge)
 	}
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -118,7 +119,7 @@ func scScopeError(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	r := e.do(call{method: "POST", path: "/pay", key: e.key("scope"), tenant: e.tenant("a"), body: payBody})
-	problem(t, r, http.StatusUnauthorized, core.ProblemScopeUnavailable)
+	requireProblem(t, r, http.StatusUnauthorized, problem.ScopeUnavailable)
 	count(t, &n, 0)
 	if !strings.Contains(c.String(), errNoSession.Error()) {
 		t.Errorf("the scope function's error is neither logged nor in the event:\n%s", c.String())
@@ -136,7 +137,7 @@ func scSilentErrorHandler(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	r := e.do(call{method: "POST", path: "/pay", key: e.key("silent"), tenant: e.tenant("a"), body: payBody})
-	problem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	requireProblem(t, r, http.StatusServiceUnavailable, problem.StoreUnavailable)
 	retryAfter(t, r)
 	count(t, &n, 0)
 	if saw.Load() != 1 {
@@ -154,7 +155,7 @@ func scCommitFailure(t *testing.T, e *env) {
 		c := call{method: "POST", path: "/pay", key: e.key(fmt.Sprint("commit-", silent)), tenant: e.tenant("a"), body: payBody}
 		r := e.do(c)
 		// The handler's 201 is not known to be recorded: never sent.
-		problem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+		requireProblem(t, r, http.StatusServiceUnavailable, problem.StoreUnavailable)
 		retryAfter(t, r)
 		count(t, &n, 1)
 	}
@@ -200,7 +201,7 @@ func scRetryAfterOption(t *testing.T, e *env) {
 	e.start([]Route{{"POST", "/pay", payHandler(&n)}}, func(s core.Store) core.Store { return FailingStore{Store: s} },
 		core.WithRetryAfter(3*time.Second))
 	r := e.do(call{method: "POST", path: "/pay", key: e.key("ra"), tenant: e.tenant("a"), body: payBody})
-	problem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	requireProblem(t, r, http.StatusServiceUnavailable, problem.StoreUnavailable)
 	if v := r.header.Get("Retry-After"); v != "3" {
 		t.Errorf("503 Retry-After = %q, want 3 (WithRetryAfter)", v)
 	}

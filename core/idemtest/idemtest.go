@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -450,8 +451,8 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 }
 
 // problem checks that r is an RFC 9457 problem with the given status and
-// type name (core.Problem* constant).
-func problem(t *testing.T, r *result, status int, name string) {
+// type name (a core/problem name).
+func requireProblem(t *testing.T, r *result, status int, name string) {
 	t.Helper()
 	if r.status != status {
 		t.Errorf("status = %d, want %d (%s); response %v", r.status, status, name, r)
@@ -495,7 +496,7 @@ func sameResponse(t *testing.T, first, replay *result) {
 	if !bytes.Equal(replay.body, first.body) {
 		t.Errorf("replay body = %q, want %q", trunc(replay.body), trunc(first.body))
 	}
-	for _, h := range core.DefaultReplayHeaders() {
+	for _, h := range ReplayHeaders() {
 		if got, want := replay.header.Values(h), first.header.Values(h); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("replay header %s = %q, want %q", h, got, want)
 		}
@@ -530,4 +531,14 @@ func (e *env) record(scope, key string) (storekit.Record, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	return e.store.Get(ctx, scope, key)
+}
+
+// ReplayHeaders returns the response headers an engine with the default
+// policy keeps and replays (core.Policy.ReplayHeaders).
+func ReplayHeaders() []string {
+	eng, err := core.New(memstore.New(), core.WithSharedKeySpace())
+	if err != nil {
+		return nil
+	}
+	return eng.Policy().ReplayHeaders
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net/http"
 	"strings"
@@ -145,7 +146,7 @@ func scPayloadMismatch(t *testing.T, e *env) {
 		t.Fatalf("first: status = %d, want 201; %v", first.status, first)
 	}
 	r := e.do(call{method: "POST", path: "/pay", key: key, tenant: tenant, body: `{"amount":50000,"currency":"JPY","to":"alice"}`})
-	problem(t, r, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	requireProblem(t, r, http.StatusUnprocessableEntity, problem.PayloadMismatch)
 	if replayed(r) {
 		t.Errorf("422 carries %s", core.ReplayedHeader)
 	}
@@ -168,7 +169,7 @@ func scPayloadMismatchInFlight(t *testing.T, e *env) {
 	other := c
 	other.body = `{"amount":50000,"currency":"JPY","to":"alice"}`
 	r := e.do(other)
-	problem(t, r, http.StatusUnprocessableEntity, core.ProblemPayloadMismatch)
+	requireProblem(t, r, http.StatusUnprocessableEntity, problem.PayloadMismatch)
 	g.Open()
 	first := <-firstCh
 	if first.status != http.StatusCreated {
@@ -200,7 +201,7 @@ collect:
 				break collect
 			}
 			got++
-			problem(t, r, http.StatusConflict, core.ProblemInFlight)
+			requireProblem(t, r, http.StatusConflict, problem.InFlight)
 			retryAfter(t, r)
 		case <-timeout:
 			t.Errorf("only %d of %d duplicates answered while the first was in flight (did they run the handler?)", got, dups)
@@ -272,7 +273,7 @@ func scConcurrent100(t *testing.T, e *env) {
 			switch r.status {
 			case http.StatusConflict:
 				conflicts++
-				problem(t, r, http.StatusConflict, core.ProblemInFlight)
+				requireProblem(t, r, http.StatusConflict, problem.InFlight)
 			case http.StatusCreated:
 				created++
 				first = r
@@ -377,7 +378,7 @@ func scPanic(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("panicking handler: %v (want a 500 problem, not a dropped connection)", err)
 	}
-	problem(t, r, http.StatusInternalServerError, core.ProblemHandlerPanic)
+	requireProblem(t, r, http.StatusInternalServerError, problem.HandlerPanic)
 	second := e.do(c)
 	if second.status != http.StatusCreated || replayed(second) {
 		t.Fatalf("retry after panic: %v replayed=%v, want a fresh 201 (key released)", second, replayed(second))
@@ -425,7 +426,7 @@ func scMissingKey(t *testing.T, e *env) {
 	var n atomic.Int64
 	e.start([]Route{{"POST", "/pay", payHandler(&n)}}, nil)
 	r := e.do(call{method: "POST", path: "/pay", tenant: e.tenant("a"), body: payBody})
-	problem(t, r, http.StatusBadRequest, core.ProblemMissingKey)
+	requireProblem(t, r, http.StatusBadRequest, problem.MissingKey)
 	count(t, &n, 0)
 }
 
@@ -453,7 +454,7 @@ func scInvalidKey(t *testing.T, e *env) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			problem(t, r, http.StatusBadRequest, core.ProblemInvalidKey)
+			requireProblem(t, r, http.StatusBadRequest, problem.InvalidKey)
 		})
 	}
 	// 255 bytes is the longest valid key.
@@ -468,7 +469,7 @@ func scTooLarge(t *testing.T, e *env) {
 	e.start([]Route{{"POST", "/pay", payHandler(&n)}}, nil, core.WithMaxRequestBytes(64))
 	key := e.key("big")
 	r := e.do(call{method: "POST", path: "/pay", key: key, tenant: e.tenant("a"), body: `{"memo":"` + strings.Repeat("x", 100) + `"}`})
-	problem(t, r, http.StatusRequestEntityTooLarge, core.ProblemBodyTooLarge)
+	requireProblem(t, r, http.StatusRequestEntityTooLarge, problem.BodyTooLarge)
 	count(t, &n, 0)
 	// Exactly at the limit is fine, and the key was not consumed.
 	body := `{"m":"` + strings.Repeat("y", 64-8) + `"}`
@@ -485,7 +486,7 @@ func scStoreDown(t *testing.T, e *env) {
 	var n atomic.Int64
 	e.start([]Route{{"POST", "/pay", payHandler(&n)}}, func(s core.Store) core.Store { return FailingStore{Store: s} })
 	r := e.do(call{method: "POST", path: "/pay", key: e.key("down"), tenant: e.tenant("a"), body: payBody})
-	problem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable)
+	requireProblem(t, r, http.StatusServiceUnavailable, problem.StoreUnavailable)
 	retryAfter(t, r)
 	count(t, &n, 0)
 }
@@ -551,7 +552,7 @@ func scSetCookie(t *testing.T, e *env) {
 		t.Fatalf("store.Get: %v, %+v", err, rec)
 	}
 	allowed := map[string]bool{}
-	for _, h := range core.DefaultReplayHeaders() {
+	for _, h := range ReplayHeaders() {
 		allowed[http.CanonicalHeaderKey(h)] = true
 	}
 	for k := range rec.Response.Header {
@@ -609,7 +610,7 @@ func scLargeResponse(t *testing.T, e *env) {
 		t.Fatalf("first: status %d, %d body bytes (intact=%v); want 201 with all %d bytes", first.status, len(first.body), bytes.Equal(first.body, big), len(big))
 	}
 	r := e.do(c)
-	problem(t, r, http.StatusConflict, core.ProblemNotRetained)
+	requireProblem(t, r, http.StatusConflict, problem.NotRetained)
 	count(t, &n, 1)
 }
 

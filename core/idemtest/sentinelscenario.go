@@ -3,6 +3,7 @@ package idemtest
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -90,7 +91,7 @@ func sentinelPaths(t *testing.T, e *env, s Sentinel) {
 			t.Fatal(err)
 		}
 		if r := send("invalid key", pay); r != nil {
-			problem(t, r, http.StatusBadRequest, core.ProblemInvalidKey)
+			requireProblem(t, r, http.StatusBadRequest, problem.InvalidKey)
 		}
 		c.NoKey(t, s.Key)
 		return
@@ -131,7 +132,7 @@ func sentinelPaths(t *testing.T, e *env, s Sentinel) {
 	<-done
 	for _, path := range []string{"/panic", "/panic-error"} {
 		if r := send(path, call{method: "POST", path: path, key: key, tenant: e.tenant(path), body: payBody}); r != nil {
-			problem(t, r, http.StatusInternalServerError, core.ProblemHandlerPanic)
+			requireProblem(t, r, http.StatusInternalServerError, problem.HandlerPanic)
 		}
 	}
 	send("flush-panic", call{method: "POST", path: "/flush-panic", key: key, tenant: e.tenant("flush"), body: payBody})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -69,7 +70,7 @@ func TestFullStoreNeverRunsTwice(t *testing.T) {
 			}
 			return status, nil
 		case core.Reject:
-			if d.Problem == core.ProblemStoreUnavailable && !errors.Is(err, memstore.ErrFull) {
+			if d.Problem == problem.StoreUnavailable && !errors.Is(err, memstore.ErrFull) {
 				t.Errorf("%s: 503 for %v, want ErrFull", key, err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/problem"
 )
 
 // Names of the components a Fragment defines. They are prefixed "Idem" so
@@ -146,7 +147,7 @@ func problemResponse(p core.Policy, status int, specs []problemSpec) map[string]
 		if i > 0 {
 			desc.WriteString(" ")
 		}
-		uri := p.ProblemBaseURI + s.name
+		uri := problem.BaseURI + s.name
 		types = append(types, uri)
 		desc.WriteString(uri + ": " + s.when + ".")
 	}
@@ -195,7 +196,7 @@ func extension(p core.Policy) map[string]any {
 		},
 		"maxRequestBytes":  p.MaxRequestBytes,
 		"maxResponseBytes": p.MaxResponseBytes,
-		"problemBaseURI":   p.ProblemBaseURI,
+		"problemBaseURI":   problem.BaseURI,
 	}
 }
 

@@ -3,6 +3,7 @@ package openapi_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemkit/idem/core/problem"
 	"math/rand/v2"
 	"net/http"
 	"regexp"
@@ -71,11 +72,11 @@ func TestFragmentFollowsOptions(t *testing.T) {
 		s := r["content"].(map[string]any)["application/problem+json"].(map[string]any)["schema"].(map[string]any)
 		return s["allOf"].([]any)[1].(map[string]any)["properties"].(map[string]any)["type"].(map[string]any)["enum"].([]any)
 	}
-	assert.Contains(t, enum(def, "400"), core.ProblemBaseURI+core.ProblemMissingKey)
-	assert.NotContains(t, enum(other, "400"), core.ProblemBaseURI+core.ProblemMissingKey)
-	for code, name := range map[string]string{"409": core.ProblemInFlight, "422": core.ProblemPayloadMismatch,
-		"413": core.ProblemBodyTooLarge, "503": core.ProblemStoreUnavailable, "401": core.ProblemScopeUnavailable} {
-		assert.Contains(t, enum(def, code), core.ProblemBaseURI+name, code)
+	assert.Contains(t, enum(def, "400"), problem.BaseURI+problem.MissingKey)
+	assert.NotContains(t, enum(other, "400"), problem.BaseURI+problem.MissingKey)
+	for code, name := range map[string]string{"409": problem.InFlight, "422": problem.PayloadMismatch,
+		"413": problem.BodyTooLarge, "503": problem.StoreUnavailable, "401": problem.ScopeUnavailable} {
+		assert.Contains(t, enum(def, code), problem.BaseURI+name, code)
 	}
 }
 
@@ -126,7 +127,7 @@ func TestKeyPatternMatchesEngine(t *testing.T) {
 		if d.Outcome == core.Proceed {
 			require.NoError(t, eng.Abort(ctx, d, nil))
 		}
-		if d.Problem == core.ProblemInvalidKey {
+		if d.Problem == problem.InvalidKey {
 			assert.Equal(t, http.StatusBadRequest, d.Response.Status)
 			return false
 		}
@@ -178,9 +179,9 @@ func TestISO8601Duration(t *testing.T) {
 func TestPublishesEveryProblem(t *testing.T) {
 	b, err := json.Marshal(openapi.New(newEngine(t).Policy()))
 	require.NoError(t, err)
-	for _, p := range core.Problems() {
-		name := strings.TrimPrefix(p.Type, core.ProblemBaseURI)
-		if name == core.ProblemCanceled {
+	for _, p := range problem.All() {
+		name := strings.TrimPrefix(p.Type, problem.BaseURI)
+		if name == problem.Canceled {
 			assert.NotContains(t, string(b), name, "the 499 reaches no client")
 			continue
 		}

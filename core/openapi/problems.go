@@ -1,6 +1,7 @@
 package openapi
 
 import (
+	"github.com/idemkit/idem/core/problem"
 	"strings"
 
 	"github.com/idemkit/idem/core"
@@ -15,31 +16,31 @@ type problemSpec struct {
 
 // problemWhen says, per problem name, when a client gets it.
 var problemWhen = map[string]string{
-	core.ProblemMissingKey:       "the key header is missing",
-	core.ProblemInvalidKey:       "the key is not a valid key (format, length, several header lines)",
-	core.ProblemBodyUnreadable:   "the request body could not be read",
-	core.ProblemScopeUnavailable: "the request's tenant could not be determined",
-	core.ProblemInFlight:         "a request with this key is still in progress (retry after Retry-After seconds)",
-	core.ProblemNotRetained:      "the request with this key completed but its response was too large or streamed to keep; it is not run again",
-	core.ProblemBodyTooLarge:     "the request body is larger than the limit",
-	core.ProblemPayloadMismatch:  "the key was already used with a different request (method, route, target or body)",
-	core.ProblemHandlerPanic:     "the request failed without completing; it may be retried with the same key",
-	core.ProblemHandlerError:     "the request failed without a response; it may be retried with the same key",
-	core.ProblemStoreUnavailable: "the idempotency store could not be reached or the result could not be recorded; retry with the same key",
+	problem.MissingKey:       "the key header is missing",
+	problem.InvalidKey:       "the key is not a valid key (format, length, several header lines)",
+	problem.BodyUnreadable:   "the request body could not be read",
+	problem.ScopeUnavailable: "the request's tenant could not be determined",
+	problem.InFlight:         "a request with this key is still in progress (retry after Retry-After seconds)",
+	problem.NotRetained:      "the request with this key completed but its response was too large or streamed to keep; it is not run again",
+	problem.BodyTooLarge:     "the request body is larger than the limit",
+	problem.PayloadMismatch:  "the key was already used with a different request (method, route, target or body)",
+	problem.HandlerPanic:     "the request failed without completing; it may be retried with the same key",
+	problem.HandlerError:     "the request failed without a response; it may be retried with the same key",
+	problem.StoreUnavailable: "the idempotency store could not be reached or the result could not be recorded; retry with the same key",
 }
 
 // publishedProblems lists the problems a protected operation may answer,
-// from the problem table (core.Problems), in its order. A cancelled
+// from the problem table (problem.All), in its order. A cancelled
 // request's 499 goes to no one and is not published; missing-key only
 // where the key is required.
 func publishedProblems(p core.Policy) []problemSpec {
 	var out []problemSpec
-	for _, info := range core.Problems() {
-		name := strings.TrimPrefix(info.Type, core.ProblemBaseURI)
+	for _, info := range problem.All() {
+		name := strings.TrimPrefix(info.Type, problem.BaseURI)
 		switch {
-		case name == core.ProblemCanceled:
+		case name == problem.Canceled:
 			continue
-		case name == core.ProblemMissingKey && !p.KeyRequired:
+		case name == problem.MissingKey && !p.KeyRequired:
 			continue
 		}
 		when := problemWhen[name]

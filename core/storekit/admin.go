@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/core/internal/redact"
 )
 
 // ErrLeaseLive is returned by Admin.Release for a record whose owner's
@@ -95,3 +97,11 @@ func ReleaseRefused(r AdminRecord, err error, f Fence, live bool) error {
 			r.Status, r.Token, f.Token, ErrLeaseLost)
 	}
 }
+
+// ScrubText returns s with every occurrence of key replaced by
+// core.RedactKey(key): verbatim; escaped as Go, JSON, SQL literals and URLs
+// escape it (each applied twice); and hex-encoded. A form shorter than 8
+// bytes is replaced only where it stands alone ("a" is scrubbed from
+// `key "a"`, not from "abort"). Stores and tools pass text from elsewhere
+// (a driver's error) through it before it reaches a log or an operator.
+func ScrubText(s, key string) string { return redact.Text(s, key) }

@@ -36,7 +36,7 @@ func echoV5Handler(a *app) (http.Handler, error) {
 	e.POST("/v1/payments", func(c *echo.Context) error {
 		body, err := io.ReadAll(c.Request().Body)
 		if err != nil {
-			status, out := problem(http.StatusBadRequest, "unreadable-body", "Unreadable body", err.Error())
+			status, out := problemJSON(http.StatusBadRequest, "unreadable-body", "Unreadable body", err.Error())
 			return c.Blob(status, contentType(status), out)
 		}
 		u, _ := c.Get("user").(string)

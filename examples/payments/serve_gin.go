@@ -37,7 +37,7 @@ func ginHandler(a *app) (http.Handler, error) {
 	r.POST("/v1/payments", ginRequireUser, idem, func(c *gin.Context) {
 		body, err := io.ReadAll(c.Request.Body)
 		if err != nil {
-			status, out := problem(http.StatusBadRequest, "unreadable-body", "Unreadable body", err.Error())
+			status, out := problemJSON(http.StatusBadRequest, "unreadable-body", "Unreadable body", err.Error())
 			c.Data(status, contentType(status), out)
 			return
 		}

@@ -33,7 +33,7 @@ func netHTTPHandler(a *app) (http.Handler, error) {
 	mux.Handle("POST /v1/payments", requireUser(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			status, out := problem(http.StatusBadRequest, "unreadable-body", "Unreadable body", err.Error())
+			status, out := problemJSON(http.StatusBadRequest, "unreadable-body", "Unreadable body", err.Error())
 			writeNetHTTP(w, status, out)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"log/slog"
 	"net/http"
@@ -97,12 +98,12 @@ type providerCharge struct {
 func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (int, []byte) {
 	c, err := parseCharge(body)
 	if err != nil {
-		return problem(http.StatusBadRequest, "invalid-payment", "Invalid payment", err.Error())
+		return problemJSON(http.StatusBadRequest, "invalid-payment", "Invalid payment", err.Error())
 	}
 	relay := core.RelayKey(ctx, relayLabel)
 	if relay == "" {
 		// Mounted without idem: refuse rather than charge unprotected.
-		return problem(http.StatusInternalServerError, "not-protected", "Not protected",
+		return problemJSON(http.StatusInternalServerError, "not-protected", "Not protected",
 			"the payment handler must run behind the idem middleware")
 	}
 	chargeID, status, out := s.charge(ctx, user, relay, c)
@@ -110,7 +111,7 @@ func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (
 		return status, out
 	}
 	if err := sleepCtx(ctx, s.bookLatency); err != nil {
-		return problem(http.StatusServiceUnavailable, "interrupted", "Interrupted",
+		return problemJSON(http.StatusServiceUnavailable, "interrupted", "Interrupted",
 			"the payment was interrupted before booking; retry with the same Idempotency-Key")
 	}
 	p := Payment{
@@ -123,14 +124,14 @@ func (s *Service) CreatePayment(ctx context.Context, user string, body []byte) (
 	}
 	if err := s.ledger.Record(ctx, user, p); err != nil {
 		s.log.ErrorContext(ctx, "ledger write failed", "user", user, "err", err)
-		return problem(http.StatusInternalServerError, "ledger-failed", "Ledger write failed",
+		return problemJSON(http.StatusInternalServerError, "ledger-failed", "Ledger write failed",
 			"the payment could not be booked; retry with the same Idempotency-Key")
 	}
 	s.log.InfoContext(ctx, "payment booked", "user", user, "payment", p.ID, "amount", p.Amount,
 		"currency", p.Currency, "charge", p.ProviderChargeID)
 	out, err = json.Marshal(p)
 	if err != nil {
-		return problem(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
+		return problemJSON(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
 	}
 	return http.StatusCreated, out
 }
@@ -165,7 +166,7 @@ func (s *Service) charge(ctx context.Context, user, relay string, c Charge) (str
 		// Charged (perhaps) but not recorded: a retry resumes or, at
 		// worst, calls the provider again with the same relayed key.
 		s.log.ErrorContext(ctx, "charge step failed", "user", user, "err", err)
-		st, out := problem(http.StatusServiceUnavailable, "charge-not-recorded", "Charge not recorded",
+		st, out := problemJSON(http.StatusServiceUnavailable, "charge-not-recorded", "Charge not recorded",
 			"the provider's answer could not be recorded; retry with the same Idempotency-Key")
 		return "", st, out
 	}
@@ -174,7 +175,7 @@ func (s *Service) charge(ctx context.Context, user, relay string, c Charge) (str
 
 func (s *Service) providerFailed(ctx context.Context, user string, err error) (int, []byte) {
 	s.log.WarnContext(ctx, "provider charge failed", "user", user, "err", err)
-	return problem(http.StatusBadGateway, "provider-failed", "Payment provider failed",
+	return problemJSON(http.StatusBadGateway, "provider-failed", "Payment provider failed",
 		"the payment provider did not confirm the charge; retry with the same Idempotency-Key")
 }
 
@@ -198,14 +199,14 @@ func (s *Service) ListPayments(ctx context.Context, user string) (int, []byte) {
 	ps, err := s.ledger.List(ctx, user)
 	if err != nil {
 		s.log.ErrorContext(ctx, "ledger read failed", "user", user, "err", err)
-		return problem(http.StatusInternalServerError, "ledger-failed", "Ledger read failed", "the ledger could not be read")
+		return problemJSON(http.StatusInternalServerError, "ledger-failed", "Ledger read failed", "the ledger could not be read")
 	}
 	if ps == nil {
 		ps = []Payment{}
 	}
 	out, err := json.Marshal(ps)
 	if err != nil {
-		return problem(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
+		return problemJSON(http.StatusInternalServerError, "encode", "Encoding failed", err.Error())
 	}
 	return http.StatusOK, out
 }
@@ -217,7 +218,7 @@ const userHeader = "X-User-ID"
 // unauthorized is the response to a request without X-User-ID. It is
 // written before idem runs, so it is never stored.
 func unauthorized() (int, []byte) {
-	return problem(http.StatusUnauthorized, "unauthenticated", "Unauthenticated", "the "+userHeader+" header is required")
+	return problemJSON(http.StatusUnauthorized, "unauthenticated", "Unauthenticated", "the "+userHeader+" header is required")
 }
 
 // contentType is the media type of a body returned by the service.
@@ -231,11 +232,11 @@ func contentType(status int) string {
 func healthBody() []byte { return []byte(`{"status":"ok"}`) }
 
 // problemBase prefixes this example's own problem types (idem's are under
-// core.ProblemBaseURI).
+// problem.BaseURI).
 const problemBase = "https://idemkit.dev/examples/payments/problems/"
 
-func problem(status int, typ, title, detail string) (int, []byte) {
-	b, err := json.Marshal(core.Problem{Type: problemBase + typ, Title: title, Status: status, Detail: detail})
+func problemJSON(status int, typ, title, detail string) (int, []byte) {
+	b, err := json.Marshal(problem.Details{Type: problemBase + typ, Title: title, Status: status, Detail: detail})
 	if err != nil {
 		b = []byte(`{"status":500}`)
 	}

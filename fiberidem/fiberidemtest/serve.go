@@ -1,6 +1,7 @@
 package fiberidemtest
 
 import (
+	"github.com/idemkit/idem/core/idemtest"
 	"io"
 	"net"
 	"net/http"
@@ -106,7 +107,7 @@ func SameResponse(tb testing.TB, first, replay Result) {
 	if replay.Body != first.Body {
 		tb.Errorf("replay body %q, first %q", replay.Body, first.Body)
 	}
-	for _, h := range core.DefaultReplayHeaders() {
+	for _, h := range idemtest.ReplayHeaders() {
 		if a, b := strings.Join(first.Header.Values(h), "\n"), strings.Join(replay.Header.Values(h), "\n"); a != b {
 			tb.Errorf("replay header %s: %q, first %q", h, b, a)
 		}

@@ -1,6 +1,7 @@
 package ginidemtest
 
 import (
+	"github.com/idemkit/idem/core/idemtest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -62,7 +63,7 @@ func SameResponse(tb testing.TB, first, replay *Response) {
 	if string(replay.Body) != string(first.Body) {
 		tb.Errorf("replay body %q, first %q", replay.Body, first.Body)
 	}
-	for _, h := range append([]string{"Content-Length"}, core.DefaultReplayHeaders()...) {
+	for _, h := range append([]string{"Content-Length"}, idemtest.ReplayHeaders()...) {
 		if a, b := first.Header.Values(h), replay.Header.Values(h); !slices.Equal(a, b) {
 			tb.Errorf("replay header %s: %q, first %q", h, b, a)
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -408,11 +409,11 @@ func (d *driver) pick(want int) (string, bool) {
 }
 
 func problemType(b []byte) string {
-	var p core.Problem
+	var p problem.Details
 	if json.Unmarshal(b, &p) != nil {
 		return ""
 	}
-	return strings.TrimPrefix(p.Type, core.ProblemBaseURI)
+	return strings.TrimPrefix(p.Type, problem.BaseURI)
 }
 
 // paymentsProblems is the example's own problem type prefix.
@@ -423,12 +424,12 @@ const paymentsProblems = "https://idemkit.dev/examples/payments/problems/"
 // the provider's answer (its charge step) or was interrupted before
 // booking. A connection killed at the wrong moment produces each of them.
 func retryable503(b []byte) bool {
-	var p core.Problem
+	var p problem.Details
 	if json.Unmarshal(b, &p) != nil {
 		return false
 	}
 	switch p.Type {
-	case core.ProblemBaseURI + core.ProblemStoreUnavailable,
+	case problem.BaseURI + problem.StoreUnavailable,
 		paymentsProblems + "charge-not-recorded",
 		paymentsProblems + "interrupted":
 		return true
@@ -476,7 +477,7 @@ func (d *driver) send(ks *keyState, want int) {
 				d.fail.errorf("%s/%s: two different 201 bodies:\n  %s\n  %s", ks.user, ks.key, ks.body201, a.body)
 			}
 			ks.mu.Unlock()
-		case a.status == http.StatusConflict && problemType(a.body) == core.ProblemInFlight:
+		case a.status == http.StatusConflict && problemType(a.body) == problem.InFlight:
 			d.st.conflicts.Add(1)
 		case a.status == http.StatusServiceUnavailable && retryable503(a.body):
 			d.st.unavailable.Add(1)
@@ -511,7 +512,7 @@ func (d *driver) probe(ks *keyState) {
 		case a.err != nil, a.status == http.StatusServiceUnavailable:
 			time.Sleep(50 * time.Millisecond)
 			continue
-		case a.status == http.StatusUnprocessableEntity && problemType(a.body) == core.ProblemPayloadMismatch:
+		case a.status == http.StatusUnprocessableEntity && problemType(a.body) == problem.PayloadMismatch:
 			d.st.mismatches.Add(1)
 		default:
 			d.fail.errorf("%s/%s: other body after a 201: %d %s (want 422)", ks.user, ks.key, a.status, a.body)

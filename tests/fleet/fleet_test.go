@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"io"
 	"net"
 	"net/http"
@@ -325,7 +326,7 @@ func TestFleet(t *testing.T) {
 				continue
 			}
 			d := post(t, c, other.base, path, "bob", key, body)
-			if d.status != http.StatusConflict || !bytes.Contains(d.body, []byte(core.ProblemInFlight)) {
+			if d.status != http.StatusConflict || !bytes.Contains(d.body, []byte(problem.InFlight)) {
 				t.Errorf("in flight on %s, duplicate via %s: %d %s, want 409 in-flight", first.name, other.name, d.status, d.body)
 			}
 		}

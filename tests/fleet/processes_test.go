@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/idemkit/idem/core/problem"
 	"net/http"
 	"net/url"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/idemtest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
@@ -63,7 +63,7 @@ func TestFleetProcesses(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the claim is one statement; the provider call takes 1.5s
 	for j := 1; j < len(frameworks); j++ {
 		d := post(t, c, bases[j], "/v1/payments", "u-inflight", key, body)
-		if d.status != http.StatusConflict || !bytes.Contains(d.body, []byte(core.ProblemInFlight)) {
+		if d.status != http.StatusConflict || !bytes.Contains(d.body, []byte(problem.InFlight)) {
 			t.Errorf("in flight on nethttp, duplicate via %s: %d %s, want 409 in-flight", frameworks[j], d.status, d.body)
 		}
 	}

@@ -1,7 +1,10 @@
-package core
+// Package redact keeps idempotency keys out of text: core.RedactKey and
+// storekit.ScrubText are its public faces.
+package redact
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"net/url"
@@ -21,7 +24,7 @@ import (
 // it stands alone: "a" inside "abort" is chance, not the key "a".
 const scrubAlone = 8
 
-// ScrubText returns s with every occurrence of key replaced by
+// Text returns s with every occurrence of key replaced by
 // RedactKey(key). It finds the key in each form text carries it in:
 // verbatim; escaped as Go does (%q, strconv.Quote, strconv.QuoteToASCII),
 // as JSON does (with and without HTML escaping), as SQL literals do
@@ -36,7 +39,7 @@ const scrubAlone = 8
 // searched: they read as numbers (line numbers, counts), not as keys. So
 // for a key of a few bytes the guarantee is the first wall (idem never
 // names it) and, in text from elsewhere, every standalone occurrence.
-func ScrubText(s, key string) string {
+func Text(s, key string) string {
 	if key == "" || s == "" {
 		return s
 	}
@@ -44,7 +47,7 @@ func ScrubText(s, key string) string {
 	if !anyForm(s, forms) {
 		return s
 	}
-	red := RedactKey(key)
+	red := Key(key)
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
@@ -60,15 +63,15 @@ func ScrubText(s, key string) string {
 	return b.String()
 }
 
-// scrubError returns err with its message scrubbed of key (see ScrubText);
+// Error returns err with its message scrubbed of key (see Text);
 // errors.Is and errors.As still see the original chain. It returns err
 // itself when the message holds no form of the key.
-func scrubError(err error, key string) error {
+func Error(err error, key string) error {
 	if err == nil || key == "" {
 		return err
 	}
 	msg := err.Error()
-	out := ScrubText(msg, key)
+	out := Text(msg, key)
 	if out == msg {
 		return err
 	}
@@ -169,4 +172,11 @@ func matchAt(s string, i int, forms []string) int {
 
 func isWordByte(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// Key is how idem shows a key wherever it must not appear in clear: a
+// short hash, enough to correlate, useless to replay a request.
+func Key(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:6])
 }
