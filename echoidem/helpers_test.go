@@ -33,10 +33,7 @@ func tenantScope() echoidem.Option {
 
 // The Echo app on a real listener, its requests and the replay check are
 // echoidemtest's, shared with tests/echoidem.
-type (
-	server = echoidemtest.Server
-	result = echoidemtest.Result
-)
+type result = echoidemtest.Result
 
 var (
 	newServer   = echoidemtest.NewServer

@@ -16,9 +16,13 @@ import (
 // of headers, instead of two per header.
 func requestHeader(h *fasthttp.RequestHeader) http.Header {
 	var hc headerCopy
-	h.VisitAll(hc.count)
+	for k, v := range h.All() {
+		hc.count(k, v)
+	}
 	hc.init()
-	h.VisitAll(hc.add)
+	for k, v := range h.All() {
+		hc.add(k, v)
+	}
 	return hc.out
 }
 
@@ -30,11 +34,11 @@ type requestHeaders fasthttp.RequestHeader
 
 func (r *requestHeaders) Values(name string) []string {
 	var vals []string
-	(*fasthttp.RequestHeader)(r).VisitAll(func(k, v []byte) {
+	for k, v := range (*fasthttp.RequestHeader)(r).All() {
 		if nameIs(k, name) {
 			vals = append(vals, valueOf(v))
 		}
-	})
+	}
 	return vals
 }
 
@@ -50,11 +54,11 @@ type responseHeaders fasthttp.ResponseHeader
 
 func (r *responseHeaders) Values(name string) []string {
 	var vals []string
-	(*fasthttp.ResponseHeader)(r).VisitAll(func(k, v []byte) {
+	for k, v := range (*fasthttp.ResponseHeader)(r).All() {
 		if nameIs(k, name) {
 			vals = append(vals, valueOf(v))
 		}
-	})
+	}
 	return vals
 }
 
@@ -97,9 +101,13 @@ func valueOf(v []byte) string {
 func responseHeader(h *fasthttp.ResponseHeader) http.Header {
 	var hc headerCopy
 	hc.skipNeverKept = true
-	h.VisitAll(hc.count)
+	for k, v := range h.All() {
+		hc.count(k, v)
+	}
 	hc.init()
-	h.VisitAll(hc.add)
+	for k, v := range h.All() {
+		hc.add(k, v)
+	}
 	return hc.out
 }
 

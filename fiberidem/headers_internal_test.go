@@ -28,7 +28,9 @@ func TestRequestHeaderCopy(t *testing.T) {
 	h := sampleRequestHeader()
 	got := requestHeader(h)
 	want := http.Header{}
-	h.VisitAll(func(k, v []byte) { want.Add(string(k), string(v)) })
+	for k, v := range h.All() {
+		want.Add(string(k), string(v))
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v\nwant %v", got, want)
 	}

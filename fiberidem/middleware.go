@@ -344,7 +344,7 @@ func (m *middleware) capture(c *fiber.Ctx, maxResponse int) adapterkit.Response 
 }
 
 // dropImplicitContentType removes fasthttp's default Content-Type from the
-// captured headers of an empty response: fasthttp reports it (VisitAll,
+// captured headers of an empty response: fasthttp reports it (All,
 // ContentType) but does not send it with an empty body unless the handler
 // set it, and a replay must not gain a header the client never saw.
 func dropImplicitContentType(c *fiber.Ctx, h http.Header) {
