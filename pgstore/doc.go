@@ -45,6 +45,14 @@
 // wait for its WAL flush (the business commit flushes it), so it is one WAL
 // flush. See README.md, "Synchronous and asynchronous commits".
 //
+// Code written against database/sql (GORM, sqlx, ent, bun) calls SQLTx(ctx)
+// instead: the same lease transaction as a *sql.Tx, on a connection of
+// the same pool through pgx's stdlib driver, with the same guarantees (its
+// Commit and Rollback are refused with ErrTxOwned; COMMIT or ROLLBACK sent
+// as SQL is detected as for Tx). Use Tx when the handler speaks pgx, SQLTx
+// when it speaks database/sql; SQLTx sends BEGIN at once (one round trip
+// more than Tx). See README.md, "Tx or SQLTx".
+//
 // Writes whose results the handler does not need before it answers (a
 // ledger row, an outbox message) can instead be queued with Defer: they
 // run when the engine commits the response, in its transaction and in the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // leaseTx is the pgx.Tx that Tx hands out. It holds no connection until its
@@ -24,9 +23,13 @@ type leaseTx struct {
 	// begins the transaction, so that two first statements cannot race;
 	// calls on a begun transaction run outside it, as on any pgx.Tx.
 	mu    sync.Mutex
-	conn  *pgxpool.Conn // from the first call to the end
-	tx    pgx.Tx        // pgx's transaction on conn, once BEGIN was sent
-	ended bool          // the lease is over: every call is refused
+	conn  *pgx.Conn // from the first call to the end
+	put   func()    // gives conn back (release)
+	tx    pgx.Tx    // pgx's transaction on conn, once BEGIN was sent
+	ended bool      // the lease is over: every call is refused
+	// sql is the database/sql face of the transaction, when SQLTx handed
+	// one out (sqltx.go): conn is then the pgx connection under it.
+	sql *sqlSide
 	// began: BEGIN's answer was read, the transaction began. A BEGIN that
 	// never went out (ctx ended between the acquire and the send) leaves
 	// tx set on an idle connection, which must not read as a transaction
@@ -82,7 +85,7 @@ func (t *leaseTx) endedBySQL() bool {
 	if t.tx == nil || t.conn == nil || !t.began {
 		return false
 	}
-	pc := t.conn.Conn().PgConn()
+	pc := t.conn.PgConn()
 	return !pc.IsClosed() && pc.TxStatus() == 'I'
 }
 
@@ -90,7 +93,7 @@ func (t *leaseTx) endedBySQL() bool {
 // (it died, or pgx closed it after an error): the transaction is over,
 // rolled back unless a COMMIT of the handler's reached the server.
 func (t *leaseTx) connLost() bool {
-	return t.tx != nil && t.conn != nil && t.conn.Conn().PgConn().IsClosed()
+	return t.tx != nil && t.conn != nil && t.conn.PgConn().IsClosed()
 }
 
 var _ pgx.Tx = (*leaseTx)(nil)
@@ -118,7 +121,7 @@ func (t *leaseTx) acquireLocked(ctx context.Context) error {
 	if err != nil {
 		return wrap(ctx, "tx: acquire connection", err)
 	}
-	t.conn = c
+	t.conn, t.put = c.Conn(), c.Release
 	return nil
 }
 
@@ -337,7 +340,7 @@ func (t *leaseTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Statem
 	}
 	c := t.conn
 	t.mu.Unlock()
-	return c.Conn().Prepare(ctx, name, sql)
+	return c.Prepare(ctx, name, sql)
 }
 
 // Conn returns the connection the transaction runs on, beginning the
@@ -356,7 +359,7 @@ func (t *leaseTx) Conn() *pgx.Conn {
 	if t.ended || t.conn == nil {
 		return nil
 	}
-	return t.conn.Conn()
+	return t.conn
 }
 
 // Commit does nothing: idem commits. See Tx.
@@ -367,26 +370,37 @@ func (*leaseTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // end refuses every later call and reports whether a transaction was begun
 // (the caller then owns ending it and releasing the connection). A
-// connection taken without a transaction goes back to the pool.
+// connection taken without a transaction goes back to the pool. The
+// database/sql face of a transaction SQLTx handed out is closed (the
+// handler's *sql.Tx refuses every later call, its open rows are closed):
+// from now on the store alone uses the connection.
 func (t *leaseTx) end() bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.ended = true
-	if t.tx == nil {
-		if t.conn != nil {
-			t.conn.Release()
-			t.conn = nil
-		}
-		return false
+	begun := t.tx != nil
+	var put func()
+	if !begun && t.conn != nil {
+		put = t.put
+		t.conn, t.put = nil, nil
 	}
-	return true
+	side := t.sql
+	t.mu.Unlock()
+	// Outside mu: closing the *sql.Tx waits for the handler's statements
+	// in flight, which take mu (sqlDriverConn.check).
+	if side != nil {
+		side.detach()
+	}
+	if put != nil {
+		put()
+	}
+	return begun
 }
 
 // rollback ends a begun transaction and releases its connection.
 func (t *leaseTx) rollback(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	if t.conn.Conn().PgConn().TxStatus() != 'I' {
+	if t.conn.PgConn().TxStatus() != 'I' {
 		// A failed rollback closes the connection (pgx), which ends the
 		// transaction server-side just the same.
 		_ = t.tx.Rollback(rctx)
@@ -398,8 +412,8 @@ func (t *leaseTx) rollback(ctx context.Context) {
 // still inside a transaction or broken.
 func (t *leaseTx) release() {
 	if t.conn != nil {
-		t.conn.Release()
-		t.conn = nil
+		t.put()
+		t.conn, t.put = nil, nil
 	}
 }
 

@@ -16,18 +16,18 @@ import (
 )
 
 var (
-	// ErrNoLease is returned by Tx and Defer when ctx does not belong to a handler
+	// ErrNoLease is returned by Tx, SQLTx and Defer when ctx does not belong to a handler
 	// that idem let proceed (no storekit.Lease in the context).
 	ErrNoLease = errors.New("pgstore: no idem lease in context: Tx and Defer must be called with the context of a handler idem let proceed")
-	// ErrLeaseFinished is returned by Tx and Defer when the lease was already
+	// ErrLeaseFinished is returned by Tx, SQLTx and Defer when the lease was already
 	// completed or failed: its transaction, if any, is over. The
 	// transaction's methods return it too (wrapping pgx.ErrTxClosed) when
 	// a handler goroutine uses the transaction after that.
 	ErrLeaseFinished = errors.New("pgstore: the lease is finished; its transaction was committed or rolled back")
 	// ErrTxOwned is returned by Commit and Rollback on the transaction Tx
-	// hands out: idem ends it (commit with the stored response, or rollback
-	// on failure), not the handler. Calling them has no effect, so the
-	// usual `defer tx.Rollback(ctx)` is harmless.
+	// (or SQLTx) hands out: idem ends it (commit with the stored response,
+	// or rollback on failure), not the handler. Calling them has no effect
+	// on the transaction, so the usual `defer tx.Rollback(ctx)` is harmless.
 	ErrTxOwned = errors.New("pgstore: the lease transaction is committed or rolled back by idem, not by the handler")
 )
 
