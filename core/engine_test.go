@@ -503,7 +503,7 @@ func TestReplayHeadersOption(t *testing.T) {
 	assert.Empty(t, r.Response.Header.Get("Content-Type"), "not in the replaced allow-list")
 }
 
-func TestOutcomePolicy(t *testing.T) {
+func TestRetryableStatusesRunAgainFinalOnesReplay(t *testing.T) {
 	for status, retryable := range map[int]bool{
 		200: false, 201: false, 204: false, 302: false, 400: false, 404: false, 422: false,
 		408: true, 409: true, 425: true, 429: true,

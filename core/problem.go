@@ -14,7 +14,7 @@ import (
 const statusClientClosedRequest = 499
 
 // problemResponse builds the problem+json response for a problem name.
-// status 0 takes the status from the problem table.
+// status 0 takes the status from the catalogue (core/problem).
 func problemResponse(name string, status int, detail string) *adapterkit.Response {
 	p, _ := problem.Lookup(name)
 	p.Type = problem.BaseURI + name // an unknown name still names itself
