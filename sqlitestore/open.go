@@ -38,14 +38,7 @@ func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("sqlitestore: open: %q: want the path of a database file", path)
 	}
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", DefaultBusyTimeoutMS))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "foreign_keys(1)")
-	q.Set("_txlock", "immediate")
-	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: q.Encode()}
-	db, err := sql.Open("sqlite", u.String())
+	db, err := sql.Open("sqlite", dsn(path))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
@@ -59,4 +52,17 @@ func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 		return nil, errors.Join(fmt.Errorf("sqlitestore: open: %w", err), db.Close())
 	}
 	return db, nil
+}
+
+// dsn is the data source name of the database file at path with the
+// settings OpenDB describes.
+func dsn(path string) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", DefaultBusyTimeoutMS))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: q.Encode()}
+	return u.String()
 }

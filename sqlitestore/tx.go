@@ -178,7 +178,27 @@ func (s *Store) takeTx(ctx context.Context, f storekit.Fence) (*sql.Tx, bool, []
 // transaction itself.
 func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded bool) {
 	tx, marked, _ := s.takeTx(ctx, f)
+	if marked && tx != nil && endedBySQL(ctx, tx) {
+		_ = tx.Rollback() // database/sql's side of it: SQLite has no transaction to end
+		return true
+	}
 	return sqlkit.Abandon(tx, marked)
+}
+
+// endedBySQL reports whether the lease transaction ended behind
+// database/sql's back: the handler sent COMMIT or ROLLBACK as SQL, or
+// SQLite rolled it back for an interrupted statement. The connection is
+// then in autocommit, where BEGIN succeeds (the probe's transaction, which
+// took no lock, is rolled back at once); inside a transaction SQLite
+// refuses it. The commit mark then tells which way it ended: it committed
+// with the handler's writes, or went with them.
+func endedBySQL(ctx context.Context, tx *sql.Tx) bool {
+	sctx := context.WithoutCancel(ctx)
+	if _, err := tx.ExecContext(sctx, "BEGIN"); err != nil {
+		return false
+	}
+	_, _ = tx.ExecContext(sctx, "ROLLBACK")
+	return true
 }
 
 // completeInTx deletes the commit mark, runs the fenced complete and then
@@ -199,6 +219,12 @@ func (s *Store) abandonTx(ctx context.Context, f storekit.Fence) (handlerEnded b
 // an interrupt cannot split them.
 func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any) error {
 	sctx := context.WithoutCancel(ctx)
+	if marked && endedBySQL(sctx, tx) {
+		// The mark's DELETE below would autocommit, and remove the proof
+		// of a COMMIT sent as SQL.
+		_ = tx.Rollback()
+		return s.completeAfterHandlerEnded(ctx, marked, f, deferred, args)
+	}
 	var err error
 	if marked {
 		var del sql.Result
