@@ -6,6 +6,7 @@ replace github.com/idemkit/idem => ..
 
 require (
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
 	modernc.org/sqlite v1.62.0
 )
 
@@ -15,7 +16,7 @@ require (
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
