@@ -2,7 +2,6 @@ package mysqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net"
 	"sort"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
 
@@ -86,147 +84,6 @@ func (cc *countingConn) Write(p []byte) (int, error) {
 		cc.c.mu.Unlock()
 	}
 	return cc.Conn.Write(p)
-}
-
-// TestQueryCounts asserts the number of round trips per phase, counted on
-// the wire: one for each of claim (new, in flight, takeover, replay: the
-// CALL), heartbeat, complete, fail and get; in transactional mode one
-// (START TRANSACTION) when the handler first asks for the transaction, and
-// at commit the fenced UPDATE plus COMMIT on the business transaction;
-// with Defer, one more per deferred statement at commit, and without Tx
-// START TRANSACTION too.
-func TestQueryCounts(t *testing.T) {
-	tr := &commandCounter{}
-	cfg := mysqlstoretest.Database(t, "")
-	cfg.DialFunc = tr.dial
-	db := mysqlstoretest.Open(t, cfg)
-	db.SetMaxOpenConns(1) // one connection: each statement prepared once
-	s := openStore(t, db)
-	if _, err := db.Exec("CREATE TABLE ledger (k VARBINARY(255) PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-
-	phase := func(name string, want int, fn func() error) {
-		t.Helper()
-		tr.reset()
-		if err := fn(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if n, by := tr.roundTrips(); n != want {
-			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
-		}
-	}
-	// Warm-up: a Store's first claim checks the schema version and asks
-	// whether the server is a Galera node, once; each statement is prepared
-	// on its first use on the connection.
-	warm := claimReq("warm", time.Minute)
-	var wf storekit.Fence
-	phase("first claim (schema check + galera check + prepare + claim)", 5, func() error {
-		res, err := s.Claim(ctx, warm)
-		wf = storekit.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
-		return err
-	})
-	phase("first heartbeat (prepare + execute)", 2, func() error { return s.Heartbeat(ctx, wf, time.Minute) })
-	phase("first complete (prepare + execute)", 2, func() error { return s.Complete(ctx, wf, storekit.StoredResponse{Status: 200}) })
-	phase("first get (prepare + execute)", 2, func() error { _, err := s.Get(ctx, warm.Scope, warm.Key); return err })
-	phase("warm claim + first fail", 3, func() error {
-		res, err := s.Claim(ctx, claimReq("warm2", time.Minute))
-		if err != nil {
-			return err
-		}
-		return s.Fail(ctx, storekit.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
-	})
-
-	req := claimReq("k", 100*time.Millisecond)
-	var f storekit.Fence
-	phase("claim (new key)", 1, func() error {
-		res, err := s.Claim(ctx, req)
-		f = storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-		return err
-	})
-	phase("claim (in flight)", 1, func() error { _, err := s.Claim(ctx, req); return err })
-	phase("heartbeat", 1, func() error { return s.Heartbeat(ctx, f, 100*time.Millisecond) })
-	phase("fail", 1, func() error { return s.Fail(ctx, f) })
-	phase("claim (takeover of failed)", 1, func() error {
-		res, err := s.Claim(ctx, req)
-		if !res.Claimed {
-			return fmt.Errorf("takeover did not claim: %+v", res.Record)
-		}
-		f.Token = res.Record.Token
-		return err
-	})
-	phase("first save step (prepare + execute)", 2, func() error { return s.SaveStep(ctx, f, "charge", []byte("ch_1")) })
-	phase("save step", 1, func() error { return s.SaveStep(ctx, f, "notify", []byte("n_1")) })
-	phase("first load steps (prepare + execute)", 2, func() error { _, err := s.LoadSteps(ctx, f); return err })
-	phase("load steps", 1, func() error { _, err := s.LoadSteps(ctx, f); return err })
-	phase("complete", 1, func() error {
-		return s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("x")})
-	})
-	phase("claim (replay)", 1, func() error { _, err := s.Claim(ctx, req); return err })
-	phase("get", 1, func() error { _, err := s.Get(ctx, req.Scope, req.Key); return err })
-
-	// Transactional mode.
-	txReq := claimReq("tx", time.Minute)
-	var hctx context.Context
-	phase("claim (tx)", 1, func() error {
-		res, err := s.Claim(ctx, txReq)
-		f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-		hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
-		return err
-	})
-	var tx *sql.Tx
-	phase("first Tx (prepare the complete + START TRANSACTION + commit mark)", 3, func() error { var err error; tx, err = Tx(hctx); return err })
-	phase("handler insert (no arguments)", 1, func() error {
-		_, err := tx.ExecContext(hctx, "INSERT INTO ledger (k) VALUES ('tx')")
-		return err
-	})
-	phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
-	phase("complete in tx (UPDATE + DELETE mark + COMMIT)", 3, func() error {
-		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
-	})
-	// In transactional mode, Fail: the mark's check + ROLLBACK + fenced UPDATE.
-	txReq.Key = "tx2"
-	phase("claim (tx2)", 1, func() error {
-		res, err := s.Claim(ctx, txReq)
-		f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-		hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
-		return err
-	})
-	phase("Tx (START TRANSACTION + commit mark) 2", 2, func() error { _, err := Tx(hctx); return err })
-	phase("fail in tx (SELECT mark + ROLLBACK + UPDATE)", 3, func() error { return s.Fail(hctx, f) })
-
-	// Deferred writes: nothing at Defer; at Complete, one round trip per
-	// statement (database/sql cannot pipeline), in a transaction of their
-	// own without Tx.
-	claimHandler := func(key string) {
-		txReq.Key = key
-		phase("claim ("+key+")", 1, func() error {
-			res, err := s.Claim(ctx, txReq)
-			f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-			hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
-			return err
-		})
-	}
-	claimHandler("defer")
-	phase("Defer (no statement)", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('defer')") })
-	phase("complete with a deferred statement (START TRANSACTION + UPDATE + INSERT + COMMIT)", 4, func() error {
-		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
-	})
-	claimHandler("tx-defer")
-	phase("Tx (START TRANSACTION + commit mark) 3", 2, func() error { _, err := Tx(hctx); return err })
-	phase("Defer in tx (no statement)", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('tx-defer')") })
-	phase("complete in tx with a deferred statement (UPDATE + DELETE mark + INSERT + COMMIT)", 4, func() error {
-		return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
-	})
-	claimHandler("defer-fail")
-	phase("Defer (no statement) 2", 0, func() error { return Defer(hctx, "INSERT INTO ledger (k) VALUES ('defer-fail')") })
-	phase("fail with a deferred statement (UPDATE)", 1, func() error { return s.Fail(hctx, f) })
-
-	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM ledger").Scan(&n); err != nil || n != 3 {
-		t.Errorf("ledger rows = %d (%v), want 3: the completed transactions' rows only", n, err)
-	}
 }
 
 // TestQueryCountsReadFirst: with WithReadFirst a replay or an in-flight
