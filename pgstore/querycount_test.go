@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core/storekit"
-	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
 )
 
@@ -76,125 +76,27 @@ func short(sql string) string {
 	return sql
 }
 
-// TestQueryCounts asserts the number of statements per phase: one for each
-// of claim (new, replay, in flight, takeover), heartbeat, complete, fail and
-// get; in transactional mode BEGIN when the handler first asks for the
-// transaction, and at commit the fenced UPDATE plus COMMIT on the business
-// transaction.
-func TestQueryCounts(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			tr := &countingTracer{}
-			cfg := pgstoretest.Config(t)
-			cfg.MaxConns = 1 // one connection: prepared once, then cached
-			cfg.ConnConfig.Tracer = tr
-			pool := pgstoretest.NewPool(t, cfg)
-			s := newStore(t, pool, m.opts...)
-			table := ledger(t, s)
-			ctx := t.Context()
-
-			phase := func(name string, want int, fn func() error) {
-				t.Helper()
-				tr.reset()
-				if err := fn(); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				sqls, _ := tr.snapshot()
-				if len(sqls) != want {
-					var list []string
-					for _, q := range sqls {
-						list = append(list, short(q))
-					}
-					t.Errorf("%s: %d statements, want %d: %q", name, len(sqls), want, list)
-				}
-			}
-			// Warm the statement cache so that the counts below are the
-			// steady state (and assert preparation happens once). A
-			// Store's first claim also checks the schema version, once.
-			warm := claimReq("warm", time.Minute)
-			var wf storekit.Fence
-			phase("first claim (schema check + claim)", 2, func() error {
-				res, err := s.Claim(ctx, warm)
-				wf = storekit.Fence{Scope: warm.Scope, Key: warm.Key, Token: res.Record.Token}
-				return err
-			})
-			if _, prepares := tr.snapshot(); prepares != 2 {
-				t.Errorf("first claim prepared %d statements, want 2", prepares)
-			}
-			phase("warm heartbeat", 1, func() error { return s.Heartbeat(ctx, wf, time.Minute) })
-			phase("warm complete", 1, func() error { return s.Complete(ctx, wf, storekit.StoredResponse{Status: 200}) })
-			phase("warm get", 1, func() error { _, err := s.Get(ctx, warm.Scope, warm.Key); return err })
-			phase("warm claim + fail", 2, func() error {
-				res, err := s.Claim(ctx, claimReq("warm2", time.Minute))
-				if err != nil {
-					return err
-				}
-				return s.Fail(ctx, storekit.Fence{Scope: "tenant", Key: "warm2", Token: res.Record.Token})
-			})
-
-			req := claimReq("k", 100*time.Millisecond)
-			var f storekit.Fence
-			phase("claim (new key)", 1, func() error {
-				res, err := s.Claim(ctx, req)
-				f = storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}
-				return err
-			})
-			phase("claim (in flight)", 1, func() error { _, err := s.Claim(ctx, req); return err })
-			phase("heartbeat", 1, func() error { return s.Heartbeat(ctx, f, 100*time.Millisecond) })
-			phase("fail", 1, func() error { return s.Fail(ctx, f) })
-			phase("claim (takeover of failed)", 1, func() error {
-				res, err := s.Claim(ctx, req)
-				f.Token = res.Record.Token
-				return err
-			})
-			phase("complete", 1, func() error {
-				return s.Complete(ctx, f, storekit.StoredResponse{Status: 201, Body: []byte("x")})
-			})
-			phase("claim (replay)", 1, func() error { _, err := s.Claim(ctx, req); return err })
-			phase("get", 1, func() error { _, err := s.Get(ctx, req.Scope, req.Key); return err })
-
-			// Transactional mode: round trips are pinned by
-			// TestTxRoundTrips; here the statements (a batch counts as one).
-			txReq := claimReq("tx", time.Minute)
-			var hctx context.Context
-			phase("claim (tx)", 1, func() error {
-				res, err := s.Claim(ctx, txReq)
-				f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-				hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
-				return err
-			})
-			phase("Tx (nothing sent)", 0, func() error { _, err := Tx(hctx); return err })
-			phase("handler insert (BEGIN + INSERT)", 1, func() error { return handle(hctx, table, txReq.Key) })
-			phase("Tx again (no statement)", 0, func() error { _, err := Tx(hctx); return err })
-			phase("complete in tx (UPDATE + COMMIT)", 1, func() error {
-				return s.Complete(hctx, f, storekit.StoredResponse{Status: 201})
-			})
-			// In transactional mode, Fail: ROLLBACK + fenced UPDATE.
-			txReq.Key = "tx2"
-			phase("claim (tx2)", 1, func() error {
-				res, err := s.Claim(ctx, txReq)
-				f = storekit.Fence{Scope: txReq.Scope, Key: txReq.Key, Token: res.Record.Token}
-				hctx = storetest.ContextWithLease(ctx, storetest.NewLease(s, f))
-				return err
-			})
-			phase("handler insert 2", 1, func() error { return handle(hctx, table, txReq.Key) })
-			phase("fail in tx (ROLLBACK + UPDATE)", 1, func() error { return s.Fail(hctx, f) })
-
-			// Everything above ran on one connection with its statements
-			// prepared during the warm-up only.
-			tr.reset()
-			for range 3 {
-				r := claimReq("again", time.Minute)
-				if _, err := s.Claim(ctx, r); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, prepares := tr.snapshot(); prepares != 0 {
-				t.Errorf("%d statement preparations after warm-up, want 0 (statement cache)", prepares)
-			}
-		})
+// TestStatementCache: on one connection a Store's first claim prepares its
+// two statements (the schema check, the claim), and nothing is prepared
+// again after it. (Statements per phase: txtest's QueryCounts.)
+func TestStatementCache(t *testing.T) {
+	tr := &countingTracer{}
+	cfg := pgstoretest.Config(t)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.Tracer = tr
+	s := newStore(t, pgstoretest.NewPool(t, cfg))
+	tr.reset() // the migration's
+	_, err := s.Claim(t.Context(), claimReq("warm", time.Minute))
+	require.NoError(t, err)
+	_, prepares := tr.snapshot()
+	require.Equal(t, 2, prepares, "first claim's preparations")
+	tr.reset()
+	for range 3 {
+		_, err := s.Claim(t.Context(), claimReq("again", time.Minute))
+		require.NoError(t, err)
 	}
+	_, prepares = tr.snapshot()
+	require.Zero(t, prepares, "preparations after the first claim")
 }
 
 // TestQueryCountsOptimisticClaim: with WithInsertFirst a new key costs
