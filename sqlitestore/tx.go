@@ -60,13 +60,17 @@ const rollbackTimeout = 5 * time.Second
 // its heartbeats run inside the transaction, and SaveStep refuses with
 // ErrStepInTx instead of waiting for a lock its own execution holds.
 //
-// A handler that ends the transaction itself is detected as in mysqlstore:
-// the commit mark, committed exactly with the handler's writes, says
-// whether they landed. Absent: the response is not recorded, the key is
-// released, Complete returns ErrTxRolledBack. Present: the response is
-// recorded by a plain fenced UPDATE; a Fail completes the record as not
-// retained; a takeover of a lapsed lease that finds the mark does the same
-// instead of running the handler again.
+// A handler that ends the transaction itself, through the *sql.Tx or with
+// COMMIT or ROLLBACK sent as SQL, is detected as in mysqlstore: the commit
+// mark, committed exactly with the handler's writes, says whether they
+// landed. Absent: the response is not recorded, the key is released,
+// Complete returns ErrTxRolledBack. Present: the response is recorded by a
+// plain fenced UPDATE; a Fail completes the record as not retained; a
+// takeover of a lapsed lease that finds the mark does the same instead of
+// running the handler again. After a ROLLBACK sent as SQL (or a statement
+// SQLite interrupted, which rolls the transaction back), do not write on
+// the transaction: those statements autocommit, unseen, and the key is
+// released all the same, so a retry runs them again.
 func Tx(ctx context.Context) (*sql.Tx, error) {
 	lease, s, err := sqlkit.Granted[*Store](ctx, ErrNoLease, "sqlitestore: tx")
 	if err != nil {

@@ -71,6 +71,10 @@
 // except Steps/TakeoverNotFresh, which every store must pass: a takeover
 // never reports storekit.ClaimResult.Fresh.
 //
+// Stores that hand the handler a database transaction (Tx) and queue writes
+// with the response (Defer) also pass the sibling package
+// core/storetest/txtest, the contract of transactional SQL stores.
+//
 // BenchmarkWaitWake is a single benchmark body rather than a suite: it
 // measures how soon a waiting duplicate (core.WithWait) replays after the
 // owner commits, on a given store, polled or woken by its storekit.Watcher.

@@ -18,6 +18,14 @@
 //     statements), and LeaseState with StateOf, Granted, Owned and Abandon
 //     (a lease's transaction and deferred statements).
 //
+// Why a public package: the stores are modules of their own, and a module
+// must not import another module's internal/ (Go's rule goes by path and
+// would allow it, but internal/ promises nothing, and a user's build may
+// pair an older store with a newer root module). A copy in each store's own
+// internal/ would drift; one public package is versioned, documented and
+// tested once. What every transactional store must do is likewise written
+// once, in core/storetest/txtest, which each store runs with a harness.
+//
 // What it promises: it imports only the standard library, core and
 // core/storekit, and core never imports it. Its Go API follows the v0
 // rules of every idem package (see the README's "Stability and
