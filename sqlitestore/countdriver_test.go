@@ -17,7 +17,7 @@ import (
 func countedDB(t *testing.T) (*sql.DB, *stmtCounter) {
 	plain, _ := newDB(t)
 	c := &stmtCounter{}
-	db := sql.OpenDB(&countingConnector{drv: plain.Driver(), dsn: dsn(filepath.Join(t.TempDir(), "idem.db")), c: c})
+	db := sql.OpenDB(&countingConnector{drv: plain.Driver(), dsn: dsn(filepath.Join(t.TempDir(), "idem.db"), DefaultBusyTimeoutMS), c: c})
 	t.Cleanup(func() { _ = db.Close() })
 	return db, c
 }

@@ -12,7 +12,12 @@ import (
 // cleanup.
 func newDB(tb testing.TB) (*sql.DB, string) {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "idem.db")
+	return newDBAt(tb, filepath.Join(tb.TempDir(), "idem.db"))
+}
+
+// newDBAt opens the database file at path, closed at cleanup.
+func newDBAt(tb testing.TB, path string) (*sql.DB, string) {
+	tb.Helper()
 	db, err := OpenDB(context.Background(), path)
 	if err != nil {
 		tb.Fatalf("open: %v", err)

@@ -38,7 +38,7 @@ func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("sqlitestore: open: %q: want the path of a database file", path)
 	}
-	db, err := sql.Open("sqlite", dsn(path))
+	db, err := sql.Open("sqlite", dsn(path, DefaultBusyTimeoutMS))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
@@ -55,10 +55,10 @@ func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 }
 
 // dsn is the data source name of the database file at path with the
-// settings OpenDB describes.
-func dsn(path string) string {
+// settings OpenDB describes, and busy_timeout busyMS.
+func dsn(path string, busyMS int) string {
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", DefaultBusyTimeoutMS))
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyMS))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
