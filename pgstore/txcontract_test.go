@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
@@ -19,25 +20,51 @@ import (
 // SQL; it runs the deferred statements ahead of the fenced complete; it has
 // no commit marks (txid_status tells Complete how a transaction
 // it did not end ended: TestTxEndedUnseen).
+//
+// The same contract holds for SQLTx, the lease transaction as a *sql.Tx
+// (group "SQLTx"), but for the statements it costs: it begins at once.
 func TestTxContract(t *testing.T) {
 	for _, m := range deferModes() {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			txtest.Run(t, txHarness(m.opts))
+			txtest.Run(t, txHarness(m.opts, pgxTx))
+		})
+	}
+	for _, m := range []string{"plain", "transactional"} {
+		t.Run("SQLTx/"+m, func(t *testing.T) {
+			t.Parallel()
+			var opts []Option
+			if m == "transactional" {
+				opts = []Option{WithTransactional()}
+			}
+			h := txHarness(opts, func(ctx context.Context) (txtest.Tx, error) {
+				tx, err := SQLTx(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return txtest.SQLTx(tx), nil
+			})
+			maps.Copy(h.Counts, map[string]int{
+				"first Tx": 1, "Tx": 1, // BEGIN, at once
+				"insert in tx": 1,
+			})
+			txtest.Run(t, h)
 		})
 	}
 }
 
-func txHarness(opts []Option) txtest.Harness {
+func pgxTx(ctx context.Context) (txtest.Tx, error) {
+	tx, err := Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgTx{tx}, nil
+}
+
+func txHarness(opts []Option, tx func(context.Context) (txtest.Tx, error)) txtest.Harness {
 	return txtest.Harness{
-		New: func(t *testing.T) *txtest.Env { return txEnv(t, newStore(t, pgstoretest.Pool(t), opts...)) },
-		Tx: func(ctx context.Context) (txtest.Tx, error) {
-			tx, err := Tx(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return pgTx{tx}, nil
-		},
+		New:                func(t *testing.T) *txtest.Env { return txEnv(t, newStore(t, pgstoretest.Pool(t), opts...)) },
+		Tx:                 tx,
 		Defer:              Defer,
 		ErrNoLease:         ErrNoLease,
 		ErrLeaseFinished:   ErrLeaseFinished,

@@ -80,8 +80,8 @@ type Harness struct {
 	Parallel bool
 
 	// TxOwned is what Commit and Rollback on the handed-out transaction
-	// return when the store refuses them (pgstore.ErrTxOwned): they then do
-	// nothing. nil: they end the transaction, and the store learns from its
+	// return when the store refuses them (pgstore.ErrTxOwned; a *sql.Tx
+	// answers sql.ErrTxDone to the second call): they then do nothing. nil: they end the transaction, and the store learns from its
 	// commit mark whether the handler's writes landed (CommitMarks).
 	TxOwned error
 	// CommitMarks: the lease transaction's first write is a commit mark
