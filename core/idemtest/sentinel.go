@@ -62,7 +62,9 @@ func HeaderValue(key string) string {
 // applied once or twice; and hex. A form shorter than 8 bytes counts only
 // where it stands alone (not inside a longer run of letters and digits:
 // "a" in "abort" is not the key "a"); hex forms shorter than 8 digits are
-// numbers, not keys, and are not searched. nil when the key is nowhere.
+// numbers, not keys, and are not searched. The first 16 bytes of a longer
+// form count too: text cut short inside the key (a database truncating its
+// message) still shows it. nil when the key is nowhere.
 func KeyLeaks(text, key string) []string {
 	if key == "" {
 		return nil
@@ -71,6 +73,7 @@ func KeyLeaks(text, key string) []string {
 	for _, f := range leakForms(key) {
 		var locs [][]int
 		if len(f) >= 8 {
+			f := f[:min(len(f), 16)] // a form cut short still leaks
 			for i := 0; ; {
 				j := strings.Index(text[i:], f)
 				if j < 0 {

@@ -100,7 +100,8 @@ func ReleaseRefused(r AdminRecord, err error, f Fence, live bool) error {
 
 // ScrubText returns s with every occurrence of key replaced by
 // core.RedactKey(key): verbatim; escaped as Go, JSON, SQL literals and URLs
-// escape it (each applied twice); and hex-encoded. A form shorter than 8
+// escape it (each applied twice); and hex-encoded; and the first 16 bytes
+// or more of any of these (text cut short inside the key). A form shorter than 8
 // bytes is replaced only where it stands alone ("a" is scrubbed from
 // `key "a"`, not from "abort"). Stores and tools pass text from elsewhere
 // (a driver's error) through it before it reaches a log or an operator.

@@ -24,6 +24,12 @@ import (
 // it stands alone: "a" inside "abort" is chance, not the key "a".
 const scrubAlone = 8
 
+// scrubPrefix is the length from which a prefix of a form counts as the
+// key: text from elsewhere may be cut short inside the key (MySQL keeps the
+// first 128 characters of a SIGNAL's message), and 16 bytes of a key are
+// already too much to show.
+const scrubPrefix = 16
+
 // Text returns s with every occurrence of key replaced by
 // RedactKey(key). It finds the key in each form text carries it in:
 // verbatim; escaped as Go does (%q, strconv.Quote, strconv.QuoteToASCII),
@@ -31,6 +37,9 @@ const scrubAlone = 8
 // (quotes doubled; MySQL's backslash escapes), as URLs do (query and path
 // escaping), each of these applied twice (a quoted message quoted again);
 // and hex-encoded, upper or lower case.
+//
+// Text cut short inside the key still shows it: 16 bytes or more of the
+// beginning of any of these forms are replaced too.
 //
 // A form shorter than 8 bytes is replaced only where it stands alone: not
 // preceded or followed by a letter or digit where the form itself begins
@@ -143,7 +152,7 @@ var mysqlEscape = strings.NewReplacer(
 
 func anyForm(s string, forms []string) bool {
 	for _, f := range forms {
-		if strings.Contains(s, f) {
+		if strings.Contains(s, f[:min(len(f), scrubPrefix)]) {
 			return true
 		}
 	}
@@ -167,7 +176,23 @@ func matchAt(s string, i int, forms []string) int {
 		}
 		return len(f)
 	}
+	for _, f := range forms { // the key cut short
+		if n := commonPrefix(s[i:], f); n >= scrubPrefix {
+			return n
+		}
+	}
 	return 0
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 func isWordByte(c byte) bool {

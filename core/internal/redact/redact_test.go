@@ -62,3 +62,22 @@ func TestError(t *testing.T) {
 		t.Errorf("nil error or empty key not passed through")
 	}
 }
+
+// TestTextCutShort: a database that truncates its message inside the key
+// (MySQL keeps 128 characters of a SIGNAL's text) still shows most of it;
+// 16 bytes or more of its beginning are scrubbed, fewer are left alone.
+func TestTextCutShort(t *testing.T) {
+	key := "pay-" + strings.Repeat("0123456789", 25)
+	msg := "Error 1644 (45000): refused " + key[:120]
+	if got := Text(msg, key); strings.Contains(got, key[:16]) || !strings.Contains(got, Key(key)) {
+		t.Errorf("Text(%q) = %q: the cut key stays", msg, got)
+	}
+	quoted := fmt.Sprintf("claim %q", key)[:60] + " (truncated)"
+	if got := Text(quoted, key); strings.Contains(got, key[:16]) {
+		t.Errorf("Text(%q) = %q: the cut quoted key stays", quoted, got)
+	}
+	short := "refused " + key[:15]
+	if got := Text(short, key); got != short {
+		t.Errorf("Text(%q) = %q: 15 bytes are not the key", short, got)
+	}
+}
