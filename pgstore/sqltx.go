@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/idemkit/idem/core/storekit"
 )
 
 // errTxBegunByPgx: SQLTx after Tx began the transaction on a pgx connection,
@@ -56,24 +54,7 @@ var errTxBegunByPgx = errors.New("pgstore: sql tx: the lease transaction was alr
 // ctx (database/sql would roll back a transaction whose context ends).
 // As with any *sql.Tx, it is not for use after the handler has returned.
 func SQLTx(ctx context.Context) (*sql.Tx, error) {
-	lease, ok := storekit.LeaseFromContext(ctx)
-	if !ok {
-		return nil, ErrNoLease
-	}
-	s := storeOf(lease)
-	if s == nil {
-		return nil, fmt.Errorf("pgstore: sql tx: the lease was granted by %T, not by a *pgstore.Store (or a store whose Unwrap returns one)", lease.Store())
-	}
-	st := attachState(lease)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.done {
-		return nil, ErrLeaseFinished
-	}
-	if st.tx == nil {
-		st.tx = &leaseTx{s: s}
-	}
-	return st.tx.sqlTx(ctx)
+	return withLeaseTx(ctx, "sql tx", func(t *leaseTx) (*sql.Tx, error) { return t.sqlTx(ctx) })
 }
 
 // sqlSide is the database/sql face of a lease transaction: a *sql.DB of its

@@ -98,24 +98,31 @@ const rollbackTimeout = 5 * time.Second
 // pgx.Tx, it is not for concurrent use, and not for use after the handler
 // has returned.
 func Tx(ctx context.Context) (pgx.Tx, error) {
+	return withLeaseTx(ctx, "tx", func(t *leaseTx) (pgx.Tx, error) { return t, nil })
+}
+
+// withLeaseTx runs f on the transaction of the lease in ctx (created on
+// first use), under the lease state's lock: Tx and SQLTx are its two faces.
+func withLeaseTx[T any](ctx context.Context, op string, f func(*leaseTx) (T, error)) (T, error) {
+	var zero T
 	lease, ok := storekit.LeaseFromContext(ctx)
 	if !ok {
-		return nil, ErrNoLease
+		return zero, ErrNoLease
 	}
 	s := storeOf(lease)
 	if s == nil {
-		return nil, fmt.Errorf("pgstore: tx: the lease was granted by %T, not by a *pgstore.Store (or a store whose Unwrap returns one)", lease.Store())
+		return zero, fmt.Errorf("pgstore: %s: the lease was granted by %T, not by a *pgstore.Store (or a store whose Unwrap returns one)", op, lease.Store())
 	}
 	st := attachState(lease)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.done {
-		return nil, ErrLeaseFinished
+		return zero, ErrLeaseFinished
 	}
 	if st.tx == nil {
 		st.tx = &leaseTx{s: s}
 	}
-	return st.tx, nil
+	return f(st.tx)
 }
 
 // storeOf returns the *Store that granted lease, looking through store
