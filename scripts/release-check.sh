@@ -92,7 +92,7 @@ for d in $published; do
 	if [[ $d == ./cmd/* ]]; then
 		if [ $quick = 0 ]; then
 			if ! (cd "$c" && GOBIN="$tmp/bin" cenv go install "$path@$version") >"$c/log" 2>&1; then
-				grep -v '^go: downloading' "$c/log" >&2
+				grep -vE '^go: (downloading|added|upgraded) ' "$c/log" >&2
 				echo "release-check: go install $path@$version fails" >&2
 				exit 1
 			fi
@@ -119,7 +119,7 @@ for d in $published; do
 	# Hashes of the third-party modules from the repository (no checksum-database look-ups).
 	cat "$d/go.sum" go.sum 2>/dev/null | sort -u >"$c/go.sum"
 	if ! (cd "$c" && check "$path" "$target") >"$c/log" 2>&1; then
-		grep -v '^go: downloading' "$c/log" >&2
+		grep -vE '^go: (downloading|added|upgraded) ' "$c/log" >&2
 		echo "release-check: $path@$version does not build for a consumer" >&2
 		exit 1
 	fi

@@ -5,10 +5,12 @@
 //
 //	modproxy -proxy DIR -version V [-release] MODDIR...
 //
-// With -release, each module's go.mod is first edited as the release commit
-// edits it: every requirement on another of the named modules is set to V and
-// the local replace of it dropped (a replace in a dependency's go.mod is
-// ignored by its consumers, so only the requirement's version counts).
+// With -release, each module is first edited in place as the release commit
+// edits it: every requirement on another of the named modules is set to V, the
+// local replace of it dropped (a replace in a dependency's go.mod is ignored
+// by its consumers, so only the requirement's version counts), and that
+// module's hashes at V added to go.sum. A module is packed after the modules
+// it requires, whose zips its go.sum hashes.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,13 +28,14 @@ import (
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
 	"golang.org/x/mod/semver"
+	"golang.org/x/mod/sumdb/dirhash"
 	"golang.org/x/mod/zip"
 )
 
 func main() {
 	proxy := flag.String("proxy", "", "proxy directory to write")
 	version := flag.String("version", "", "the version to publish the modules at")
-	release := flag.Bool("release", false, "set requirements on the named modules to -version and drop their replaces first")
+	release := flag.Bool("release", false, "first edit each module as the release commit does: requirements on the named modules at -version, their replaces dropped, their hashes in go.sum")
 	flag.Parse()
 	if *proxy == "" || !semver.IsValid(*version) || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: modproxy -proxy DIR -version vX.Y.Z [-release] MODDIR...")
@@ -48,9 +52,10 @@ type mod struct {
 	file *modfile.File
 }
 
+func (m mod) path() string { return m.file.Module.Mod.Path }
+
 func run(proxy, version string, release bool, dirs []string) error {
-	mods := make([]mod, 0, len(dirs))
-	paths := map[string]bool{}
+	var todo []mod
 	for _, dir := range dirs {
 		name := filepath.Join(dir, "go.mod")
 		data, err := os.ReadFile(name)
@@ -64,25 +69,48 @@ func run(proxy, version string, release bool, dirs []string) error {
 		if f.Module == nil {
 			return fmt.Errorf("%s: no module directive", name)
 		}
-		mods = append(mods, mod{dir, f})
-		paths[f.Module.Mod.Path] = true
+		todo = append(todo, mod{dir, f})
 	}
-	for _, m := range mods {
-		if release {
-			if err := setRequirements(m, paths, version); err != nil {
+	paths := map[string]bool{}
+	for _, m := range todo {
+		paths[m.path()] = true
+	}
+	sums := map[string][]string{} // the go.sum lines of each module packed so far
+	waits := func(m mod) bool {   // on a module it requires
+		return slices.ContainsFunc(m.file.Require, func(r *modfile.Require) bool {
+			return paths[r.Mod.Path] && sums[r.Mod.Path] == nil
+		})
+	}
+	for len(todo) > 0 {
+		var next []mod
+		for _, m := range todo {
+			if release {
+				if waits(m) {
+					next = append(next, m)
+					continue
+				}
+				if err := edit(m, paths, version, sums); err != nil {
+					return err
+				}
+			}
+			lines, err := publish(proxy, m, version)
+			if err != nil {
 				return err
 			}
+			sums[m.path()] = lines
 		}
-		if err := publish(proxy, m, version); err != nil {
-			return err
+		if len(next) == len(todo) {
+			return fmt.Errorf("%s: the modules require each other in a cycle", next[0].dir)
 		}
+		todo = next
 	}
 	return nil
 }
 
-// setRequirements rewrites m's go.mod: requirements on the other modules at
-// version, their replaces gone.
-func setRequirements(m mod, paths map[string]bool, version string) error {
+// edit rewrites m's go.mod and go.sum as the release commit does:
+// requirements on the other modules at version, their replaces gone, their
+// hashes (sums) in go.sum.
+func edit(m mod, paths map[string]bool, version string, sums map[string][]string) error {
 	f := m.file
 	for _, r := range slices.Clone(f.Replace) {
 		if paths[r.Old.Path] {
@@ -91,11 +119,13 @@ func setRequirements(m mod, paths map[string]bool, version string) error {
 			}
 		}
 	}
+	var add []string
 	for _, r := range f.Require {
 		if paths[r.Mod.Path] {
 			if err := f.AddRequire(r.Mod.Path, version); err != nil {
 				return err
 			}
+			add = append(add, sums[r.Mod.Path]...)
 		}
 	}
 	f.Cleanup()
@@ -103,55 +133,88 @@ func setRequirements(m mod, paths map[string]bool, version string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(m.dir, "go.mod"), data, 0o644)
+	if err := os.WriteFile(filepath.Join(m.dir, "go.mod"), data, 0o644); err != nil {
+		return err
+	}
+	goSum := filepath.Join(m.dir, "go.sum")
+	old, err := os.ReadFile(goSum)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	lines := append(strings.Split(strings.TrimSpace(string(old)), "\n"), add...)
+	slices.Sort(lines)
+	lines = slices.Compact(lines)
+	if lines[0] == "" {
+		lines = lines[1:]
+	}
+	return os.WriteFile(goSum, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 }
 
 // publish writes m at version into proxy, as the module proxy protocol lays
-// it out (https://go.dev/ref/mod#goproxy-protocol).
-func publish(proxy string, m mod, version string) error {
-	path := m.file.Module.Mod.Path
-	escaped, err := module.EscapePath(path)
+// it out (https://go.dev/ref/mod#goproxy-protocol), and returns the go.sum
+// lines of what it wrote.
+func publish(proxy string, m mod, version string) ([]string, error) {
+	escaped, err := module.EscapePath(m.path())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dir := filepath.Join(proxy, filepath.FromSlash(escaped), "@v")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
-	v := module.Version{Path: path, Version: version}
-	var zipBuf bytes.Buffer
+	zipFile := filepath.Join(dir, version+".zip")
+	w, err := os.Create(zipFile)
+	if err != nil {
+		return nil, err
+	}
 	// CreateFromDir applies the rules a published zip obeys: nested modules
 	// and vendor/ left out, file names and sizes checked.
-	if err := zip.CreateFromDir(&zipBuf, v, m.dir); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	err = zip.CreateFromDir(w, module.Version{Path: m.path(), Version: version}, m.dir)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.path(), err)
 	}
 	goMod, err := os.ReadFile(filepath.Join(m.dir, "go.mod"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	info, err := json.Marshal(struct {
 		Version string
 		Time    time.Time
 	}{version, time.Now().UTC().Truncate(time.Second)})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	list, err := os.ReadFile(filepath.Join(dir, "list"))
 	if err != nil && !os.IsNotExist(err) {
-		return err
+		return nil, err
 	}
 	if !slices.Contains(strings.Fields(string(list)), version) {
 		list = append(list, version+"\n"...)
 	}
 	for name, data := range map[string][]byte{
-		version + ".zip":  zipBuf.Bytes(),
 		version + ".mod":  goMod,
 		version + ".info": info,
 		"list":            list,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	zipSum, err := dirhash.HashZip(zipFile, dirhash.Hash1)
+	if err != nil {
+		return nil, err
+	}
+	modSum, err := dirhash.Hash1([]string{"go.mod"}, func(string) (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(goMod)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		fmt.Sprintf("%s %s %s", m.path(), version, zipSum),
+		fmt.Sprintf("%s %s/go.mod %s", m.path(), version, modSum),
+	}, nil
 }
