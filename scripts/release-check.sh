@@ -139,9 +139,9 @@ if [ $quick = 1 ]; then
 fi
 
 # The API report: gorelease, against the previous release's tags served from the same proxy.
-# It is informative: idem is v0, where gorelease describes incompatible changes and accepts
-# them in a minor release. It fails the check only where gorelease says the proposed version
-# is not valid for the changes (an incompatible change in a patch release, or in v1+).
+# It informs: in v0 a minor release may change the API (gorelease lists how). It fails the check
+# where gorelease finds VERSION not valid (errors in packages; from v1, incompatible changes in a
+# minor release), and for incompatible changes in a patch release, which gorelease allows in v0.
 if [ -z "$base" ]; then
 	echo "release-check: API: no release tag (vX.Y.Z) before $version, nothing to compare with"
 	exit 0
@@ -171,5 +171,9 @@ for d in $published; do
 	out=$(cd "$tmp/src/$d" && cenv "$tmp/bin/gorelease" -base="$base" -version="$version" 2>&1) || true
 	echo "$out"
 	if grep -q "^$version is not a valid semantic version for this release" <<<"$out"; then invalid=1; fi
+	if [ "$(cut -d. -f1,2 <<<"$base")" = "$(cut -d. -f1,2 <<<"$version")" ] && grep -q '^## incompatible changes' <<<"$out"; then
+		echo "release-check: $path: incompatible changes in a patch release" >&2
+		invalid=1
+	fi
 done
-[ $invalid = 0 ] || { echo "release-check: $version is not a valid version for these API changes" >&2; exit 1; }
+[ $invalid = 0 ] || { echo "release-check: $version is not a valid version for these changes" >&2; exit 1; }
