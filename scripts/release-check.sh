@@ -34,6 +34,7 @@ base=$(printf '%s\n%s\n' "$tags" "$version" | sed '/^$/d' | sort -V | awk -v v="
 
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 mkdir -p "$tmp/src" "$tmp/proxy" "$tmp/bin" "$tmp/consumers"
 
 # The tree a commit would hold: tracked and untracked-but-not-ignored files.
@@ -41,7 +42,7 @@ git ls-files -z -c -o --exclude-standard |
 	while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
 	tar --null -T - -cf - | tar -C "$tmp/src" -xf -
 
-dirs=$(go list -m -f '{{.Dir}}' | sed "s|^$root|.|")
+dirs=$(go work edit -json | jq -r '.Use[].DiskPath')
 # examples and tests are tagged with the rest but not imported by users (as in internal/doccheck).
 published=$(grep -vxE '\./(examples|tests)' <<<"$dirs")
 modpath() { go mod edit -json "$1/go.mod" | jq -r .Module.Path; }
