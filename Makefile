@@ -6,15 +6,17 @@ PKGS        ?= $(addsuffix /...,$(MODULES))
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 
-.PHONY: test consumer tidy model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-sqlite bench-e2e bench-far fuzz chaos crash demo race-demo
+.PHONY: test release-check tidy model services pgbouncer test-galera test-pgbouncer test-failover lint fmt bench bench-inproc bench-pg bench-mysql bench-sqlite bench-e2e bench-far fuzz chaos crash demo race-demo
 
-## test: go vet + the whole suite with the race detector, every module, plus the scratch-consumer
-## check (scripts/consumer.sh: ginidem + core pull in no other integration's dependencies). Starts PostgreSQL and MariaDB first
+## test: go vet + the whole suite with the race detector, every module, then release-check -quick
+## (each published module, at a release version, type-checks for a consumer outside the workspace
+## and pulls in no other integration's dependencies). Starts PostgreSQL and MariaDB first
 ## when they are installed but not answering (scripts/services.sh; see README), installs
 ## pgbouncer if absent, and runs the topology tests too (PgBouncer, primary failover: ~30 s)
-test: services pgbouncer consumer
+test: services pgbouncer
 	$(GO) vet -race $(PKGS) # -race: the vet build shares the race-built packages the tests need (a cold make test compiles them once, not twice)
 	IDEM_TEST_TOPOLOGY=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
+	./scripts/release-check.sh -quick # after the tests: their downloads fill the module cache it reads from
 
 ## model: tests/model at length: many more randomized concurrent histories per store (memstore,
 ## pgstore, mysqlstore and sqlitestore, plain and transactional; pgstore also WithInsertFirst across
@@ -26,10 +28,14 @@ MODEL_ITER ?= 400
 model: services
 	IDEM_MODEL_ITER=$(MODEL_ITER) $(GO) test -race -count=1 -timeout 60m -v -run . ./tests/model
 
-## consumer: a scratch module that imports only ginidem and core (through local replaces) must
-## not have fiber, echo, pgx, the MySQL driver, the OpenTelemetry SDK or libopenapi in its graph
-consumer:
-	./scripts/consumer.sh
+## release-check: would release VERSION (default: the minor after the last vX.Y.Z tag, or v0.1.0)
+## build for its users? Every module with its idem requirements at VERSION and no replace,
+## served from a file-system GOPROXY as the tags would publish it; a scratch module per published
+## module `go get`s it and compiles all its packages (idemctl: `go install ...@VERSION`), alone,
+## with no other integration's dependencies in its graph; then gorelease's API report against the
+## previous tag (scripts/release-check.sh)
+release-check:
+	./scripts/release-check.sh $(VERSION)
 
 ## tidy: go mod tidy in every module
 tidy:
@@ -54,6 +60,7 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	cd internal/tools && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) run $(STATICCHECK) ./... # outside go.work
 
 fmt:
 	gofmt -w .

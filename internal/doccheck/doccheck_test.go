@@ -148,6 +148,8 @@ func TestReadmeInstallsEveryModule(t *testing.T) {
 		switch {
 		case dir == "examples" || dir == "tests" || strings.HasPrefix(dir, "examples/") || strings.HasPrefix(dir, "tests/"):
 			continue // not imported by users
+		case strings.HasPrefix(dir, "internal/"):
+			continue // the repository's own tools (internal/tools), not published
 		case strings.HasPrefix(dir, "cmd/"):
 			if !strings.Contains(readme, "go install "+path+"@") {
 				t.Errorf("README has no `go install %s@...` line", path)

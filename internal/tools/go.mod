@@ -1,0 +1,17 @@
+// The repository's own tools (scripts/release-check.sh): a module of their own, outside go.work,
+// so that their requirements reach neither the published modules nor the workspace's build list.
+module github.com/idemkit/idem/internal/tools
+
+go 1.26.0
+
+require (
+	golang.org/x/mod v0.43.0
+	golang.org/x/tools v0.52.1-0.20261106145633-d407941a339a
+)
+
+require (
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+)
+
+tool golang.org/x/exp/cmd/gorelease
