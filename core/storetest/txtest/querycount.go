@@ -63,7 +63,7 @@ func queryCounts(t *testing.T, h *Harness) {
 			req := claimReq(key, time.Minute)
 			res, err := s.Claim(ctx, req)
 			if err == nil && !res.Claimed {
-				err = fmt.Errorf("%s not claimed: %s", key, res.Record.Status)
+				err = fmt.Errorf("phase %s: not claimed: %s", name, res.Record.Status)
 			}
 			f = storekit.Fence{Scope: scope, Key: key, Token: res.Record.Token}
 			hctx = r.lease(s, f)
