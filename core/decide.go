@@ -146,7 +146,9 @@ func (e *Engine) requestBody(ctx context.Context, req *Request, key, route strin
 func (e *Engine) scopeOf(ctx context.Context, req *Request) (string, error) {
 	if e.cfg.defaultScope || req.call {
 		if req.ScopeFunc != nil {
-			return req.ScopeFunc(ctx)
+			// A copy, so that req itself stays off the heap.
+			r := *req
+			return req.ScopeFunc(ctx, &r)
 		}
 		return req.Scope, nil
 	}

@@ -398,7 +398,7 @@ func TestDecideScope(t *testing.T) {
 		eng := newEngine(t, s)
 		req := request("sf", payBody)
 		req.Scope = "ignored"
-		req.ScopeFunc = func(context.Context) (string, error) { return "from-func", nil }
+		req.ScopeFunc = func(context.Context, *core.Request) (string, error) { return "from-func", nil }
 		d := proceed(t, eng, req)
 		assert.Equal(t, "from-func", d.Scope)
 		require.NoError(t, eng.Abort(context.Background(), d, nil))
@@ -409,7 +409,7 @@ func TestDecideScope(t *testing.T) {
 		}))
 		req := request("ws", payBody)
 		req.Header.Set("X-User", "u1")
-		req.ScopeFunc = func(context.Context) (string, error) { return "adapter", nil }
+		req.ScopeFunc = func(context.Context, *core.Request) (string, error) { return "adapter", nil }
 		d := proceed(t, eng, req)
 		assert.Equal(t, "opt-u1", d.Scope)
 		require.NoError(t, eng.Abort(context.Background(), d, nil))
@@ -418,7 +418,7 @@ func TestDecideScope(t *testing.T) {
 		s := &countingStore{Store: s}
 		eng := newEngine(t, s)
 		req := request("k", payBody)
-		req.ScopeFunc = func(context.Context) (string, error) { return "", errors.New("no auth") }
+		req.ScopeFunc = func(context.Context, *core.Request) (string, error) { return "", errors.New("no auth") }
 		requireProblem(t, decide(t, eng, req), http.StatusUnauthorized, problem.ScopeUnavailable)
 		assert.Zero(t, s.claims.Load())
 	})

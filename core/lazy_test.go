@@ -23,13 +23,13 @@ func TestDecideAsksLazily(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	noScope := func(context.Context) (string, error) { return "", errors.New("no session") }
-	withScope := func(context.Context) (string, error) { return "u", nil }
+	noScope := func(context.Context, *core.Request) (string, error) { return "", errors.New("no session") }
+	withScope := func(context.Context, *core.Request) (string, error) { return "u", nil }
 	cases := []struct {
 		name     string
 		method   string
 		key      string
-		scope    func(context.Context) (string, error)
+		scope    core.ScopeFunc
 		noRoute  bool
 		want     core.Outcome
 		problem  string

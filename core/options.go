@@ -340,7 +340,7 @@ func validHeaderName(s string) bool {
 
 func requestScope(ctx context.Context, r *Request) (string, error) {
 	if r.ScopeFunc != nil {
-		return r.ScopeFunc(ctx)
+		return r.ScopeFunc(ctx, r)
 	}
 	return r.Scope, nil
 }

@@ -439,7 +439,7 @@ func TestTenancyLogsRedactKeysAndBodies(t *testing.T) {
 // does not run and nothing is claimed, unless the engine opted into one
 // shared key space.
 func TestTenancyEmptyScopeFailsClosed(t *testing.T) {
-	empty := func(context.Context) (string, error) { return "", nil }
+	empty := func(context.Context, *core.Request) (string, error) { return "", nil }
 	for _, c := range []struct {
 		name string
 		opts []core.Option

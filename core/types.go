@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -90,8 +89,9 @@ type Request struct {
 	Scope string
 	// ScopeFunc, when set, is called instead (only for requests idem
 	// protects) to find the tenant; an error answers 401. Adapters set it
-	// from their scope option. WithScope replaces both.
-	ScopeFunc func(ctx context.Context) (string, error)
+	// from their scope option; it is the type WithScope takes, so one
+	// function serves either place. WithScope replaces both.
+	ScopeFunc ScopeFunc
 
 	// call: built by Engine.Call, not by an adapter: protected whatever
 	// the engine's methods, scoped by Scope alone (see call.go).

@@ -110,7 +110,7 @@ func New(eng *core.Engine, opts ...Option) (echo.MiddlewareFunc, error) {
 				req.Body = bodyLimitReader{r.Body}
 			}
 			if scope := cfg.scope; scope != nil {
-				req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
+				req.ScopeFunc = func(context.Context, *core.Request) (string, error) { return scope(c) }
 			}
 			return eng.Serve(r.Context(), req, &exchange{c: c, next: next, onError: cfg.onError})
 		}

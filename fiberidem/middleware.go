@@ -196,7 +196,7 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	}
 	if m.cfg.scope != nil {
 		scope := m.cfg.scope
-		req.ScopeFunc = func(context.Context) (string, error) {
+		req.ScopeFunc = func(context.Context, *core.Request) (string, error) {
 			s, err := scope(c)
 			return strings.Clone(s), err
 		}

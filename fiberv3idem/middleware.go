@@ -106,7 +106,7 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		req.Body = adapterkit.BodyBytes(c.Request().Body)
 	}
 	if scope := m.cfg.scope; scope != nil {
-		req.ScopeFunc = func(context.Context) (string, error) {
+		req.ScopeFunc = func(context.Context, *core.Request) (string, error) {
 			s, err := scope(c)
 			return strings.Clone(s), err
 		}

@@ -58,7 +58,7 @@ func New(eng *core.Engine, opts ...Option) (gin.HandlerFunc, error) {
 		}
 		if cfg.scope != nil {
 			scope := cfg.scope
-			req.ScopeFunc = func(context.Context) (string, error) { return scope(c) }
+			req.ScopeFunc = func(context.Context, *core.Request) (string, error) { return scope(c) }
 		}
 		_ = eng.Serve(c.Request.Context(), req, &exchange{c: c, onError: cfg.onError})
 	}, nil

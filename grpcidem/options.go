@@ -2,11 +2,6 @@ package grpcidem
 
 import "context"
 
-// ScopeFunc returns the tenant of a call from its context (the
-// authenticated peer, a token's subject). An error refuses the call with
-// codes.Unauthenticated.
-type ScopeFunc func(ctx context.Context) (string, error)
-
 // Option configures UnaryServerInterceptor.
 type Option interface{ apply(*config) }
 
@@ -15,16 +10,18 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	scope ScopeFunc
+	scope func(ctx context.Context) (string, error)
 	// replayed: the engine's replayed header, as metadata (lower case).
 	replayed string
 	methods  map[string]bool
 }
 
 // WithScope sets the function naming the tenant whose key space a call's
-// key belongs to. Default: none, which UnaryServerInterceptor refuses
-// unless the engine shares one key space (core.WithSharedKeySpace).
-func WithScope(f ScopeFunc) Option {
+// key belongs to, from the call's context (the authenticated peer, a
+// token's subject); an error refuses the call with codes.Unauthenticated.
+// Default: none, which UnaryServerInterceptor refuses unless the engine
+// shares one key space (core.WithSharedKeySpace).
+func WithScope(f func(ctx context.Context) (string, error)) Option {
 	return optionFunc(func(c *config) { c.scope = f })
 }
 

@@ -216,7 +216,7 @@ func New(eng *core.Engine, opts ...Option) (func(http.Handler) http.Handler, err
 			// Else no pattern: the middleware wraps a handler that routes
 			// after it (not a ServeMux); the path stands in for the route.
 			if cfg.scope != nil {
-				req.ScopeFunc = func(context.Context) (string, error) { return cfg.scope(r) }
+				req.ScopeFunc = func(context.Context, *core.Request) (string, error) { return cfg.scope(r) }
 			}
 			_ = eng.Serve(r.Context(), req, &exchange{w: w, r: r, next: next, onError: cfg.onError})
 		})
