@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemkit/idem/core/internal/rerun"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -18,6 +19,9 @@ import (
 // owner finishes or the wait is over.
 func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimRequest) (*Decision, error) {
 	w := e.newWaiter(d.Scope, d.Key)
+	if _, ok := rerun.From(ctx); ok {
+		w.deadline = time.Time{} // a completer does not wait for a live owner
+	}
 	defer w.stop()
 	for {
 		start := e.timing()
@@ -28,6 +32,13 @@ func (e *Engine) claim(ctx context.Context, d *Decision, claim storekit.ClaimReq
 			return e.claimFailed(ctx, d, err, took)
 		}
 		if res.Claimed {
+			if m, ok := rerun.From(ctx); ok && (res.Fresh || !res.Record.CreatedAt.Equal(m.Born)) {
+				// A completer's re-run created the record anew (the
+				// stalled one expired meanwhile): nothing of its steps
+				// is left to finish, so nothing runs.
+				e.abandonClaim(ctx, d, &res.Record, took)
+				return d, nil
+			}
 			e.own(ctx, d, &res.Record, res.Fresh, sent, took)
 			return d, nil
 		}
@@ -78,8 +89,13 @@ func (e *Engine) own(ctx context.Context, d *Decision, rec *storekit.Record, fre
 		born: rec.CreatedAt, fp: rec.Fingerprint}}
 	d.lease = &d.own.lease
 	d.lease.lose = d.loseLease
+	d.lease.kept = d.kept
 	d.startHeartbeat(sent)
-	e.observe(Event{Kind: EventClaim, Scope: d.Scope, Route: d.route, Duration: took})
+	kind := EventClaim
+	if _, ok := rerun.From(ctx); ok {
+		kind = EventStalled
+	}
+	e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Duration: took})
 	e.log(ctx, slog.LevelInfo, "claim", d.Key, d.Scope, d.route, slog.Int64("token", rec.Token))
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/core/adapterkit"
+	"github.com/idemkit/idem/core/internal/rerun"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -52,6 +53,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if read {
 		d.Body = body
 	}
+	d.kept = e.keepRequest(ctx, &req, method, claimRoute, body, key)
 	return e.claim(ctx, d, claim)
 }
 
@@ -88,7 +90,13 @@ func (e *Engine) admit(ctx context.Context, req *Request, method, route string) 
 	if err != nil {
 		return "", "", e.reject(ctx, route, problem.InvalidKey, err.Error(), nil)
 	}
-	scope, err = e.scopeOf(ctx, req)
+	if m, ok := rerun.From(ctx); ok {
+		// A completer's re-run: the record's own scope (the kept request
+		// carries no credentials to find it again).
+		scope = m.Scope
+	} else {
+		scope, err = e.scopeOf(ctx, req)
+	}
 	if err == nil && scope == "" && !e.cfg.sharedKeySpace {
 		// No tenant, however it came about (no Request.Scope, or a scope
 		// function answering ("", nil)): the "" key space is shared by

@@ -9,7 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/core/internal/rerun"
 
 	"github.com/idemkit/idem/core/adapterkit"
 )
@@ -20,6 +23,16 @@ type Engine struct {
 	store Store
 	cfg   config
 	hb    hbQueue
+	// keep: the routes whose requests are kept for a completer (set by
+	// core/completer through rerun.Keep; nil: none).
+	keep atomic.Pointer[rerun.Routes]
+}
+
+func init() {
+	rerun.Keep = func(e any, routes rerun.Routes) { e.(*Engine).keep.Store(&routes) }
+	rerun.Observe = func(e any, kind, scope, route string) {
+		e.(*Engine).observe(Event{Kind: kind, Scope: scope, Route: route})
+	}
 }
 
 // New builds an engine on store. It validates the options and returns an

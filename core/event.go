@@ -21,6 +21,8 @@ const (
 	EventAbort          = "abort"           // the handler failed (panic, error, disconnect): key released
 	EventLeaseLost      = "lease_lost"      // Commit or Abort found the lease taken over
 	EventHeartbeatError = "heartbeat_error" // a lease renewal failed
+	EventStalled        = "stalled"         // a completer took over a stalled execution to finish it (core/completer)
+	EventAbandoned      = "abandoned"       // a completer left a stalled execution to operators: too old (core/completer)
 )
 
 // Event is reported to the observer for each decision and commit. It never

@@ -24,6 +24,9 @@ type grant struct {
 	// incarnation, which relay keys derive from.
 	born time.Time
 	fp   string
+	// kept: the request kept for a completer, saved with the first step
+	// (step.go); nil when its route asks for none.
+	kept []byte
 	// synced: the claim was made durable before the first relay key left
 	// (ClaimSyncer); lose cancels the handler's context when it could not be.
 	synced sync.Once

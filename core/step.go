@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/idemkit/idem/core/internal/rerun"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -129,7 +131,17 @@ func Step(ctx context.Context, name string, fn func(context.Context) ([]byte, er
 	kept := append([]byte{}, out...) // fn's slice stays fn's
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepSaveTimeout)
 	defer cancel()
-	if err := ss.SaveStep(sctx, lease.fence, name, kept); err != nil {
+	stored, value := name, kept
+	withRequest := lease.kept != nil && st.takeRequest()
+	if withRequest {
+		// The first step stored carries the request a completer needs
+		// (keep.go), in the same write.
+		stored, value = rerun.Prefix+name, rerun.Wrap(lease.kept, kept)
+	}
+	if err := ss.SaveStep(sctx, lease.fence, stored, value); err != nil {
+		if withRequest {
+			st.giveRequest()
+		}
 		return nil, fmt.Errorf("idem: step %q: save: %w", name, err)
 	}
 	st.put(name, kept)
@@ -190,6 +202,28 @@ type stepState struct {
 	loaded  bool // results holds what the store had at the first Step
 	results map[string][]byte
 	names   map[string]*stepLock
+	// request: a stored step carries the kept request, or one being
+	// stored will (keep.go).
+	request bool
+}
+
+// takeRequest reports whether the caller is to store the kept request with
+// its step: none is stored or being stored.
+func (s *stepState) takeRequest() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.request {
+		return false
+	}
+	s.request = true
+	return true
+}
+
+// giveRequest undoes takeRequest after a failed save.
+func (s *stepState) giveRequest() {
+	s.mu.Lock()
+	s.request = false
+	s.mu.Unlock()
 }
 
 type stepLock struct {
@@ -241,6 +275,11 @@ func (s *stepState) stored(ctx context.Context, ss storekit.StepStore, l *grant,
 			return nil, false, fmt.Errorf("idem: step %q: load steps: %w", name, err)
 		}
 		for k, v := range got {
+			if name, ok := strings.CutPrefix(k, rerun.Prefix); ok {
+				if _, result, ok := rerun.Unwrap(v); ok {
+					k, v, s.request = name, result, true
+				}
+			}
 			s.results[k] = v
 		}
 		s.loaded = true
