@@ -34,7 +34,9 @@ type stuckLister interface {
 // route is how one registered route is sent again.
 type route struct {
 	headers []string
-	run     func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) error
+	// run sends req again; ran reports that the handler ran (not a
+	// replay: another instance finished the record first).
+	run func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (ran bool, err error)
 }
 
 // Report is what one pass did.
@@ -42,8 +44,9 @@ type Report struct {
 	// Finished counts the records a re-run completed.
 	Finished int
 	// Failed counts re-runs that did not complete their record (the
-	// handler failed retryably, or another owner took it): the record is
-	// looked at again next pass.
+	// handler failed retryably, the store failed): the record is looked at
+	// again next pass. A record another instance finished or is finishing
+	// counts nowhere.
 	Failed int
 	// Abandoned counts records left to operators, past WithMaxAge.
 	Abandoned int
@@ -70,7 +73,7 @@ func New(e *core.Engine, opts ...Option) (*Completer, error) {
 	if c.steps, ok = storekit.As[storekit.StepStore](e.Store()); !ok {
 		return nil, fmt.Errorf("completer: store %T does not keep steps (storekit.StepStore)", e.Store())
 	}
-	if err := c.cfg.validate(len(c.routes)); err != nil {
+	if err := c.cfg.validate(len(c.routes), e.Policy().Retention); err != nil {
 		return nil, err
 	}
 	keep := make(rerun.Routes, len(c.routes))
@@ -123,15 +126,24 @@ func (c *Completer) Once(ctx context.Context) (Report, error) {
 			continue
 		}
 		mctx := rerun.With(ctx, rerun.Mark{Scope: rec.Scope, Born: rec.CreatedAt})
-		runErr := r.run(mctx, rec, req)
-		if got, err := c.e.Store().Get(ctx, rec.Scope, rec.Key); err == nil && got.Status == storekit.StatusCompleted &&
-			got.CreatedAt.Equal(rec.CreatedAt) && runErr == nil {
-			rep.Finished++
-		} else {
+		ran, err := r.run(mctx, rec, req)
+		switch {
+		case err != nil:
 			rep.Failed++
+		case !ran: // another instance finished it first
+		case c.completed(ctx, rec):
+			rep.Finished++
+		default:
+			rep.Failed++ // the handler's answer was retryable: the key was released
 		}
 	}
 	return rep, nil
+}
+
+// completed reports whether rec's incarnation is completed now.
+func (c *Completer) completed(ctx context.Context, rec storekit.AdminRecord) bool {
+	got, err := c.e.Store().Get(ctx, rec.Scope, rec.Key)
+	return err == nil && got.Status == storekit.StatusCompleted && got.CreatedAt.Equal(rec.CreatedAt)
 }
 
 // keptRequest returns the request kept with rec's steps. It is false when
@@ -169,7 +181,7 @@ func HTTP(method, path string, h http.Handler, headers ...string) Option {
 		}
 		c.routes[rerun.Route(strings.ToUpper(method), adapterkit.CanonicalRoute(path))] = route{
 			headers: headers,
-			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) error {
+			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
 				return c.serve(ctx, h, rec, req)
 			}}
 	})
@@ -184,32 +196,39 @@ func Call(name string, fn func(ctx context.Context, input []byte) ([]byte, error
 			return
 		}
 		c.routes[rerun.Route(storekit.CallMethod, name)] = route{
-			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) error {
-				_, err := c.e.Call(ctx, core.CallRequest{Scope: rec.Scope, Key: rec.Key, Name: rec.Route, Input: req.Body},
+			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
+				res, err := c.e.Call(ctx, core.CallRequest{Scope: rec.Scope, Key: rec.Key, Name: rec.Route, Input: req.Body},
 					func(ctx context.Context) ([]byte, error) { return fn(ctx, req.Body) })
-				return err
+				if errors.Is(err, core.ErrInFlight) {
+					return false, nil // being finished by another instance
+				}
+				return !res.Replayed, err
 			}}
 	})
 }
 
 // serve sends req again through h, with rec's key.
-func (c *Completer) serve(ctx context.Context, h http.Handler, rec storekit.AdminRecord, req rerun.Request) error {
+func (c *Completer) serve(ctx context.Context, h http.Handler, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
 	r, err := http.NewRequestWithContext(ctx, req.Method, req.Target, bytes.NewReader(req.Body))
 	if err != nil {
-		return fmt.Errorf("completer: rebuild request: %w", err)
+		return false, fmt.Errorf("completer: rebuild request: %w", err)
 	}
 	r.RequestURI = req.Target
 	r.Header = req.Header.Clone()
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
-	r.Header.Set(c.e.Policy().Header, rec.Key)
+	p := c.e.Policy()
+	r.Header.Set(p.Header, rec.Key)
 	w := &discard{header: http.Header{}}
 	h.ServeHTTP(w, r)
-	if w.status >= 400 {
-		return fmt.Errorf("completer: re-run answered %d", w.status)
+	if w.header.Get(p.ReplayedHeader) == "true" || w.status == http.StatusConflict {
+		return false, nil // finished or being finished by another instance
 	}
-	return nil
+	if w.status >= 500 {
+		return false, fmt.Errorf("completer: re-run answered %d", w.status)
+	}
+	return true, nil
 }
 
 // discard is the ResponseWriter of a re-run: the response is stored by the

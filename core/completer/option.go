@@ -20,11 +20,18 @@ type config struct {
 }
 
 func defaults() config {
-	return config{interval: 30 * time.Second, after: time.Minute, maxAge: time.Hour, limit: 100}
+	return config{interval: 30 * time.Second, after: time.Minute, limit: 100}
 }
 
-func (c config) validate(routes int) error {
+// validate checks c against the engine's retention, and sets the default
+// maximum age.
+func (c *config) validate(routes int, retention time.Duration) error {
 	errs := c.errs
+	if c.maxAge == 0 {
+		c.maxAge = min(time.Hour, retention/2)
+	} else if c.maxAge >= retention {
+		errs = append(errs, fmt.Errorf("completer: WithMaxAge %v: must be under the engine's retention %v", c.maxAge, retention))
+	}
 	if routes == 0 {
 		errs = append(errs, errors.New("completer: no route given (HTTP, Call)"))
 	}
@@ -54,8 +61,9 @@ func WithAfter(d time.Duration) Option {
 
 // WithMaxAge sets the age (since the record's creation) past which a
 // completer gives a stalled record up to operators (core.EventAbandoned;
-// idemctl stuck lists it). Keep it well under the engine's retention: a
-// record past it is new again. Default: 1h.
+// idemctl stuck lists it). It must be under the engine's retention (a
+// record past it is new again). Default: 1h, or half the retention when
+// that is shorter.
 func WithMaxAge(d time.Duration) Option {
 	return optionFunc(func(c *Completer) { c.cfg.maxAge = d })
 }
