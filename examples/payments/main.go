@@ -49,6 +49,12 @@
 //	                            PostgreSQL CPU where the database is near and
 //	                            busy, slower requests where it is a network hop
 //	                            away
+//	-completer-interval 10s     how often the in-process completer
+//	                            (core/completer) looks for payments whose owner
+//	                            died after the charge and whose client never
+//	                            retried, and books them; 0 turns it off
+//	-completer-after 0s         how long past the lapsed lease such a payment
+//	                            must be before the completer takes it
 //	-lease 30s                  idem lease (core.WithLease)
 //	-wait 0s                    in-flight wait (core.WithWait); 0 answers 409
 //	-retention 24h              how long keys are kept (core.WithRetention)
@@ -143,6 +149,8 @@ type config struct {
 	bookLatency     time.Duration
 	steps           bool // the charge is a recovery point (core.Step)
 	batching        bool // pgstore.WithBatching
+	completerEvery  time.Duration
+	completerAfter  time.Duration
 	lease           time.Duration
 	wait            time.Duration
 	retention       time.Duration
@@ -211,6 +219,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
 	fs.BoolVar(&cfg.steps, "steps", true, "keep the provider charge as a recovery point (core.Step); false: a plain call, one commit less, no recovery point")
 	fs.BoolVar(&cfg.batching, "batching", false, "PostgreSQL: concurrent requests share claim, complete and step statements (pgstore.WithBatching): less database CPU when it is near and busy, slower requests across a network")
+	fs.DurationVar(&cfg.completerEvery, "completer-interval", 10*time.Second, "how often the in-process completer books payments whose owner died after the charge and whose client never retried (0: off)")
+	fs.DurationVar(&cfg.completerAfter, "completer-after", 0, "how long past the lapsed lease such a payment must be before the completer takes it")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long a duplicate waits for the in-flight request (0: answer 409 at once)")
 	fs.BoolVar(&cfg.txPooler, "tx-pooler", false, "-dsn goes through a transaction pooler (PgBouncer pool_mode=transaction): wait mode LISTENs on -listen-dsn, or polls")
@@ -236,6 +246,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if cfg.bookLatency < 0 {
 		return cfg, fmt.Errorf("-book-latency %v is negative", cfg.bookLatency)
+	}
+	if cfg.completerEvery < 0 || cfg.completerAfter < 0 {
+		return cfg, fmt.Errorf("-completer-interval %v, -completer-after %v: must not be negative", cfg.completerEvery, cfg.completerAfter)
 	}
 	return cfg, nil
 }
@@ -333,6 +346,16 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		return err
 	}
 
+	if cfg.completerEvery > 0 {
+		c, err := newCompleter(a, cfg)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { _ = c.Run(cctx) }()
+	}
+
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
@@ -342,7 +365,8 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		startLog = newLogger("json", logOut)
 	}
 	startLog.Info("listening", "addr", ln.Addr().String(), "framework", cfg.framework, "store", storeDesc,
-		"provider", providerDesc, "steps", cfg.steps, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait)
+		"provider", providerDesc, "steps", cfg.steps, "book_latency", cfg.bookLatency, "lease", cfg.lease, "wait", cfg.wait,
+		"completer_interval", cfg.completerEvery)
 	err = frameworks[cfg.framework](ctx, ln, a)
 	log.Info("stopped", "err", err)
 	return err

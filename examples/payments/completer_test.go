@@ -1,0 +1,113 @@
+package main
+
+import (
+	"database/sql"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/sqlitestore"
+)
+
+// TestCompleterBooksOrphanedCharge: on each database, an owner is SIGKILLed
+// after the provider charged (the charge stored as a step) and before the
+// booking, and the client never retries. Within the completer's interval
+// after the dead owner's lease, the other instance's completer books the
+// payment: one ledger row, one provider call. The client's late retry gets
+// the 201 replayed.
+func TestCompleterBooksOrphanedCharge(t *testing.T) {
+	bin := buildBinary(t)
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dsn := testSQLiteDSN(t)
+		checkCompleter(t, bin, dsn, sqliteStepStored(t, strings.TrimPrefix(dsn, sqliteScheme)))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn := testDSN(t)
+		checkCompleter(t, bin, dsn, pgStepStored(t, dsn))
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		cfg, dsn := testMySQL(t)
+		checkCompleter(t, bin, dsn, mysqlStepStored(t, cfg))
+	})
+}
+
+func checkCompleter(t *testing.T, bin, dsn string, stepStored func() bool) {
+	const (
+		lease    = time.Second
+		interval = 200 * time.Millisecond
+	)
+	prov := newCountingProvider()
+	srv := httptest.NewServer(prov)
+	t.Cleanup(srv.Close)
+	args := []string{"-dsn", dsn, "-provider-url", srv.URL, "-book-latency", "3s", "-lease", lease.String(),
+		"-completer-interval", interval.String(), "-completer-after", "0s"}
+	owner := startProcess(t, bin, nil, args...)
+	other := startProcess(t, bin, nil, args...)
+
+	user, key := "u-"+randomID(), "k-"+randomID()
+	body := paymentBody(4200)
+	first := make(chan result, 1)
+	go func() { first <- do(http.MethodPost, owner.base+"/v1/payments", user, key, body) }()
+	var relayed string
+	select {
+	case relayed = <-prov.answered:
+	case r := <-first:
+		t.Fatalf("the owner answered %d %s (%v) before the provider was called", r.status, r.body, r.err)
+	case <-time.After(requestTimeout):
+		t.Fatal("the provider was not called")
+	}
+	waitFor(t, "the charge step stored", 2500*time.Millisecond, stepStored)
+	owner.kill()
+	if r := <-first; r.err == nil {
+		t.Fatalf("the killed owner answered %d %s; the kill came too late (after the booking)", r.status, r.body)
+	}
+
+	// No retry: the completer alone books the payment, once the lease
+	// lapsed, within its interval (and the booking's latency).
+	waitFor(t, "the payment booked by the completer", lease+3*time.Second+10*interval+requestTimeout, func() bool {
+		return len(listPayments(t, other.base, user)) > 0
+	})
+	calls, ids := prov.snapshot()
+	if calls[relayed] != 1 || len(calls) != 1 {
+		t.Errorf("provider calls %v, want exactly one, for relayed key %s", calls, relayed)
+	}
+	ps := listPayments(t, other.base, user)
+	if len(ps) != 1 || ps[0].ProviderChargeID != ids[relayed] {
+		t.Fatalf("ledger %+v, want exactly one payment with charge %s", ps, ids[relayed])
+	}
+	got := mustDo(t, http.MethodPost, other.base+"/v1/payments", user, key, body)
+	if got.status != http.StatusCreated || !got.replayed {
+		t.Fatalf("the client's late retry: %d replayed=%v %s, want the 201 replayed", got.status, got.replayed, got.body)
+	}
+	if !strings.Contains(string(got.body), ps[0].ID) {
+		t.Errorf("the replayed 201 %s is not the booked payment %s", got.body, ps[0].ID)
+	}
+	if ps := listPayments(t, other.base, user); len(ps) != 1 {
+		t.Errorf("ledger after the retry: %+v, want one row", ps)
+	}
+}
+
+// sqliteStepStored reports whether the SQLite file at path holds a stored
+// step (sqlitestore's table idem_records_steps).
+func sqliteStepStored(t *testing.T, path string) func() bool {
+	var db *sql.DB
+	return func() bool {
+		if db == nil {
+			var err error
+			if db, err = sqlitestore.OpenDB(t.Context(), path); err != nil {
+				return false // not created yet
+			}
+			t.Cleanup(func() { db.Close() })
+		}
+		var n int
+		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM idem_records_steps").Scan(&n); err != nil {
+			return false // not migrated yet
+		}
+		return n > 0
+	}
+}
