@@ -5,6 +5,7 @@
 //	idemctl inspect -scope u1 [-body] [-show-key] KEY   one record, steps of a processing one (KEY "-": stdin)
 //	idemctl stuck [-limit 100] [-show-keys]             processing past the lease, longest lapsed first
 //	idemctl release -scope u1 [-token N] [-live] KEY     mark a stuck record failed (fenced by its token)
+//	idemctl complete -url URL [-after 0] [-max-age 23h]  finish stalled executions through the service
 //	idemctl sweep [-batch 1000] [-margin 1h]             delete expired records until none is left
 //	idemctl maintain [-margin 1h]                        all retention work of the store's mode
 //	idemctl stats                                        counts by status and age

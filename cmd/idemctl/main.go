@@ -41,6 +41,8 @@ commands:
   inspect   one record: status, token, lease, timestamps, response (body with -body)
   stuck     processing records past their lease, longest lapsed first (-fail: exit 5 if any)
   release   mark a stuck record failed, fenced by its token, so a retry runs now
+  complete  send each stalled execution's kept request to the service (-url), as the client's
+            retry would: it resumes from its steps and its response is stored (core/completer)
   sweep     delete expired records
   maintain  all retention work of the store's mode
   stats     counts by status and age
@@ -68,6 +70,7 @@ examples:
   idemctl stuck -fail > /dev/null || alert-oncall "idem keys stuck"     # cron: exit 5 if any
   idemctl inspect -scope u1 -body -- "$KEY"
   printf '%s\n' "$KEY" | idemctl release -scope u1 -   # the key from stdin, not in ps
+  idemctl complete -url http://payments.internal:8080   # finish orphaned executions now
   idemctl sweep -batch 5000
   idemctl schema postgres -schema idem > V1__idem.sql   # for goose, Flyway, Atlas
   idemctl schema mysql > 0001_idem.sql
@@ -155,6 +158,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		token            int64
 		live, failStuck  bool
 		wantKey, maxArgs int
+		cf               completeFlags
 	)
 	switch cmd {
 	case "inspect":
@@ -171,6 +175,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.Int64Var(&token, "token", 0, "release only under this lease token (from inspect or stuck); default: the current one")
 		fs.BoolVar(&live, "live", false, "release even though the lease is still running (the owner is known dead)")
 		wantKey, maxArgs = 1, 1
+	case "complete":
+		fs.StringVar(&cf.url, "url", "", "the service's base URL (http://host:port): each kept request is sent there")
+		fs.StringVar(&cf.header, "header", "Idempotency-Key", "the service's key header (core.WithHeader)")
+		fs.DurationVar(&cf.after, "after", 0, "only records whose lease lapsed at least this long ago")
+		fs.DurationVar(&cf.maxAge, "max-age", 23*time.Hour, "skip records created longer ago (keep under the service's retention)")
+		fs.IntVar(&cf.limit, "limit", 100, "at most this many stalled records")
 	case "sweep":
 		fs.IntVar(&batch, "batch", 1000, "records deleted per statement")
 		fs.DurationVar(&com.margin, "margin", pgstore.DefaultRetentionMargin, "keep records this long past expiry (pgstore.WithRetentionMargin)")
@@ -227,6 +237,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "idemctl %s: no database: set -dsn (or DATABASE_URL: postgres://... or mysql://...), -mysql or -sqlite\n", cmd)
 		return exitUsage
 	}
+	if cmd == "complete" && (!validServiceURL(cf.url) || cf.limit < 1 || cf.after < 0 || cf.maxAge <= cf.after) {
+		fmt.Fprintf(stderr, "idemctl complete: want -url http(s)://host[:port], -limit > 0, 0 <= -after < -max-age\n")
+		return exitUsage
+	}
 	if (cmd == "stuck" && limit < 1) || (cmd == "sweep" && batch < 1) {
 		fmt.Fprintf(stderr, "idemctl %s: -limit and -batch must be positive\n", cmd)
 		return exitUsage
@@ -277,6 +291,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return c.fail(codeOf(err), fmt.Errorf("release %s token %d: %w", describe(scope, key), token, err))
 		}
 		return out.released(scope, key, token)
+	case "complete":
+		rep, err := complete(ctx, st, cf)
+		if err != nil {
+			return c.fail(codeOf(err), err)
+		}
+		return out.completed(rep)
 	case "sweep":
 		total := 0
 		for {

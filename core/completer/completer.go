@@ -23,6 +23,9 @@ type Completer struct {
 	stuck  stuckLister
 	steps  storekit.StepStore
 	routes map[string]route
+	// forward, when set, sends every kept HTTP request no route names
+	// (Forward).
+	forward *route
 }
 
 // stuckLister is the part of storekit.Admin a completer needs (memstore
@@ -73,7 +76,11 @@ func New(e *core.Engine, opts ...Option) (*Completer, error) {
 	if c.steps, ok = storekit.As[storekit.StepStore](e.Store()); !ok {
 		return nil, fmt.Errorf("completer: store %T does not keep steps (storekit.StepStore)", e.Store())
 	}
-	if err := c.cfg.validate(len(c.routes), e.Policy().Retention); err != nil {
+	n := len(c.routes)
+	if c.forward != nil {
+		n++
+	}
+	if err := c.cfg.validate(n, e.Policy().Retention); err != nil {
 		return nil, err
 	}
 	keep := make(rerun.Routes, len(c.routes))
@@ -113,6 +120,9 @@ func (c *Completer) Once(ctx context.Context) (Report, error) {
 			break
 		}
 		r, ok := c.routes[rerun.Route(rec.Method, rec.Route)]
+		if !ok && c.forward != nil && rec.Method != storekit.CallMethod {
+			r, ok = *c.forward, true
+		}
 		if !ok || !rec.Stuck() || rec.Now.Sub(rec.LockedUntil) < c.cfg.after {
 			continue
 		}
@@ -184,6 +194,24 @@ func HTTP(method, path string, h http.Handler, headers ...string) Option {
 			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
 				return c.serve(ctx, h, rec, req)
 			}}
+	})
+}
+
+// Forward sends every kept HTTP request that no HTTP option names to h,
+// for a tool outside the service that forwards it there (idemctl complete):
+// a kept request is one an instance of the service kept, so the service
+// registered its route. The record's scope does not cross the network: the
+// service finds it from the kept headers, as for the client's own retry,
+// and the re-run is that retry.
+func Forward(h http.Handler) Option {
+	return optionFunc(func(c *Completer) {
+		if h == nil {
+			c.cfg.errs = append(c.cfg.errs, errors.New("completer.Forward: nil handler"))
+			return
+		}
+		c.forward = &route{run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
+			return c.serve(ctx, h, rec, req)
+		}}
 	})
 }
 

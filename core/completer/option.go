@@ -33,7 +33,7 @@ func (c *config) validate(routes int, retention time.Duration) error {
 		errs = append(errs, fmt.Errorf("completer: WithMaxAge %v: must be under the engine's retention %v", c.maxAge, retention))
 	}
 	if routes == 0 {
-		errs = append(errs, errors.New("completer: no route given (HTTP, Call)"))
+		errs = append(errs, errors.New("completer: no route given (HTTP, Call, Forward)"))
 	}
 	if c.interval <= 0 {
 		errs = append(errs, fmt.Errorf("completer: WithInterval %v: must be positive", c.interval))
