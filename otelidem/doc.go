@@ -10,7 +10,8 @@
 // Metrics (instrumentation scope "github.com/idemkit/idem/otelidem"):
 //
 //	idem.decisions          counter    every decision: idem.outcome (bypass, claim, replay, conflict,
-//	                                   mismatch, not_retained, rejected, store_error, canceled),
+//	                                   mismatch, not_retained, rejected, store_error, canceled;
+//	                                   stalled and abandoned from core/completer),
 //	                                   http.route, idem.problem, http.response.status_code
 //	                                   (a bypass with idem.problem=missing-key is a request sent without
 //	                                   a key while keys are optional: the count a roll-out waits on)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,41 +11,9 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/completer"
-	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/nethttpidem"
 )
-
-var errKilled = errors.New("process killed")
-
-// dying is the store as a killable process sees it: once dead, its
-// owner's writes do nothing; the steps it stored before stay.
-type dying struct {
-	core.Store
-	dead atomic.Bool
-}
-
-func (s *dying) Unwrap() core.Store { return s.Store }
-
-func (s *dying) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Heartbeat(ctx, f, d)
-}
-
-func (s *dying) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Complete(ctx, f, r)
-}
-
-func (s *dying) Fail(ctx context.Context, f storekit.Fence) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Fail(ctx, f)
-}
 
 // service is a payments endpoint on eng: the charge is a step; die, when
 // set, kills the process after it.
@@ -96,12 +63,12 @@ func testComplete(t *testing.T, c ctl, st core.Store) {
 		h.ServeHTTP(w, r)
 		return w
 	}
-	d := &dying{Store: st}
+	d := storetest.NewDying(st)
 	deadEng, err := core.New(d, core.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := send(service(t, deadEng, &charges, &booked, func() { d.dead.Store(true) })); w.Code < 500 {
+	if w := send(service(t, deadEng, &charges, &booked, d.Kill)); w.Code < 500 {
 		t.Fatalf("the dying owner answered %d", w.Code)
 	}
 	eng, err := core.New(st, core.WithLease(lease))

@@ -2,7 +2,6 @@ package completer_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/idemkit/idem/core/completer"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/nethttpidem"
 )
 
@@ -30,37 +30,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const lease = 100 * time.Millisecond
 
 var userHeader = []string{"X-User-ID"}
-
-var errKilled = errors.New("process killed")
-
-// dying is a store whose process can be killed: from then on its owner's
-// writes to the record (Heartbeat, Complete, Fail) do nothing, as for a
-// SIGKILLed instance. Steps it stored before stay.
-type dying struct {
-	*memstore.Store
-	dead atomic.Bool
-}
-
-func (s *dying) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Heartbeat(ctx, f, d)
-}
-
-func (s *dying) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Complete(ctx, f, r)
-}
-
-func (s *dying) Fail(ctx context.Context, f storekit.Fence) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Fail(ctx, f)
-}
 
 // payments is the application: a provider charge as a step, then a
 // booking. Its counters are shared by every instance, as a provider and a
@@ -147,9 +116,9 @@ func newCompleter(t *testing.T, eng *core.Engine, opts ...completer.Option) *com
 // keep lists the headers its route keeps; nil: the route is not registered.
 func orphan(t *testing.T, store *memstore.Store, p *payments, user, key string, keep []string, opts ...core.Option) {
 	t.Helper()
-	d := &dying{Store: store}
+	d := storetest.NewDying(store)
 	eng := newEngine(t, d, opts...)
-	app := p.instance(t, eng, func() { d.dead.Store(true) })
+	app := p.instance(t, eng, d.Kill)
 	if keep != nil {
 		// Every instance registers the same routes (the dying one keeps
 		// the request with its step).
@@ -171,7 +140,13 @@ func TestCompleterFinishesOrphanedCharge(t *testing.T) {
 		store := memstore.New()
 		p := &payments{}
 		orphan(t, store, p, "u1", "k1", userHeader)
-		eng := newEngine(t, store)
+		var mu sync.Mutex
+		var kinds []string
+		eng := newEngine(t, store, core.WithObserver(func(ev core.Event) {
+			mu.Lock()
+			kinds = append(kinds, ev.Kind)
+			mu.Unlock()
+		}))
 		app := p.instance(t, eng, nil)
 		c := newCompleter(t, eng, completer.HTTP(http.MethodPost, "/v1/payments", app, "X-User-ID"))
 
@@ -185,6 +160,9 @@ func TestCompleterFinishesOrphanedCharge(t *testing.T) {
 		assert.Equal(t, completer.Report{Finished: 1}, rep)
 		assert.EqualValues(t, 1, p.total(&p.charges), "the provider was charged once")
 		assert.EqualValues(t, 1, p.total(&p.booked), "the ledger has one row")
+		mu.Lock()
+		assert.Equal(t, []string{core.EventStalled, core.EventCommit}, kinds, "the takeover is told from a client's")
+		mu.Unlock()
 
 		w := post(app, "u1", "k1", `{"amount":42}`)
 		assert.Equal(t, http.StatusCreated, w.Code)
@@ -210,15 +188,15 @@ func TestCompleterFinishesOrphanedCall(t *testing.T) {
 			return append(ch, input...), nil
 		}
 
-		d := &dying{Store: store}
+		d := storetest.NewDying(store)
 		dead := newEngine(t, d)
 		newCompleter(t, dead, completer.Call("charge", book))
 		_, err := dead.Call(t.Context(), req, func(ctx context.Context) ([]byte, error) {
 			if _, err := p.charge(ctx, req.Key); err != nil {
 				return nil, err
 			}
-			d.dead.Store(true)
-			return nil, errKilled
+			d.Kill()
+			return nil, storetest.ErrKilled
 		})
 		require.Error(t, err)
 
@@ -291,15 +269,15 @@ func TestCompleterLeavesUnregisteredAlone(t *testing.T) {
 		orphan(t, store, p, "u1", "unregistered", nil)
 
 		// An owner dead before its first step: nothing happened.
-		d := &dying{Store: store}
+		d := storetest.NewDying(store)
 		dead := newEngine(t, d)
 		newCompleter(t, dead, completer.HTTP(http.MethodPost, "/v1/payments", p.instance(t, dead, nil)))
 		dec, err := dead.Decide(t.Context(), core.Request{Method: http.MethodPost, Route: "/v1/payments", Target: "/v1/payments",
 			Header: http.Header{"Idempotency-Key": {"no-step"}}, Scope: "u1"})
 		require.NoError(t, err)
 		require.Equal(t, core.Proceed, dec.Outcome)
-		d.dead.Store(true)
-		require.ErrorIs(t, dead.Abort(t.Context(), dec, errKilled), errKilled)
+		d.Kill()
+		require.ErrorIs(t, dead.Abort(t.Context(), dec, storetest.ErrKilled), storetest.ErrKilled)
 
 		eng := newEngine(t, store)
 		c := newCompleter(t, eng, completer.HTTP(http.MethodPost, "/v1/payments", p.instance(t, eng, nil), "X-User-ID"))

@@ -6,11 +6,9 @@ package completer_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,45 +18,13 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/completer"
 	"github.com/idemkit/idem/core/storekit"
+	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/sqlitestore"
 	"github.com/idemkit/idem/tests/internal/mystores"
 	"github.com/idemkit/idem/tests/internal/pgstores"
 )
 
 const lease = 200 * time.Millisecond
-
-var errKilled = errors.New("process killed")
-
-// dying is a store seen from a process that can be killed: from then on
-// its owner's writes (Heartbeat, Complete, Fail) do nothing. Steps go to
-// the store behind it (Unwrap), as they did before the kill.
-type dying struct {
-	core.Store
-	dead atomic.Bool
-}
-
-func (s *dying) Unwrap() core.Store { return s.Store }
-
-func (s *dying) Heartbeat(ctx context.Context, f storekit.Fence, d time.Duration) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Heartbeat(ctx, f, d)
-}
-
-func (s *dying) Complete(ctx context.Context, f storekit.Fence, r storekit.StoredResponse) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Complete(ctx, f, r)
-}
-
-func (s *dying) Fail(ctx context.Context, f storekit.Fence) error {
-	if s.dead.Load() {
-		return errKilled
-	}
-	return s.Store.Fail(ctx, f)
-}
 
 func TestCompleterFinishesOrphanedCalls(t *testing.T) {
 	for name, open := range map[string]func(t *testing.T) core.Store{
@@ -118,7 +84,7 @@ func checkOrphanedCalls(t *testing.T, store core.Store) {
 	}
 	// orphan runs one call on an instance that is killed after the charge.
 	orphan := func(name, key string, register bool) {
-		d := &dying{Store: store}
+		d := storetest.NewDying(store)
 		eng := newEngine(d)
 		if register {
 			_, err := completer.New(eng, completer.Call("pay", l.pay))
@@ -132,8 +98,8 @@ func checkOrphanedCalls(t *testing.T, store core.Store) {
 				}); err != nil {
 					return nil, err
 				}
-				d.dead.Store(true)
-				return nil, errKilled
+				d.Kill()
+				return nil, storetest.ErrKilled
 			})
 		require.Error(t, err)
 	}
