@@ -86,7 +86,7 @@ func openMySQL(ctx context.Context, cfg config) (*sql.DB, *mysqlstore.Store, *my
 	if err := mysqlstore.Migrate(cctx, db); err != nil {
 		return fail(err)
 	}
-	store, err := mysqlstore.New(db)
+	store, err := mysqlstore.New(db, mysqlstore.WithRetentionMargin(retentionMargin(cfg)))
 	if err != nil {
 		return fail(err)
 	}

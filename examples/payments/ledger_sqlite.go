@@ -60,7 +60,7 @@ func sqlitePath(dsn string) (path string, ok bool) {
 
 // openSQLite opens (creating it and its directory if needed) the SQLite
 // file, migrates the store and the ledger, and builds both.
-func openSQLite(ctx context.Context, path string) (*sql.DB, *sqlitestore.Store, *sqliteLedger, error) {
+func openSQLite(ctx context.Context, path string, margin time.Duration) (*sql.DB, *sqlitestore.Store, *sqliteLedger, error) {
 	if path == "" {
 		return nil, nil, nil, fmt.Errorf("-dsn %s: want %sPATH", sqliteScheme, sqliteScheme)
 	}
@@ -80,7 +80,7 @@ func openSQLite(ctx context.Context, path string) (*sql.DB, *sqlitestore.Store, 
 	if err := sqlitestore.Migrate(cctx, db); err != nil {
 		return fail(err)
 	}
-	store, err := sqlitestore.New(db)
+	store, err := sqlitestore.New(db, sqlitestore.WithRetentionMargin(margin))
 	if err != nil {
 		return fail(err)
 	}

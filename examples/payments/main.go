@@ -68,6 +68,8 @@
 //	                            through OTel's Prometheus exporter
 //	-log text                   log format on stderr: text | json | none
 //	-cpuprofile FILE            write a pprof CPU profile of the run to FILE
+//	-debug-addr ADDR            serve GET /debug/vars (expvar: memstats,
+//	                            goroutines) on its own listener (make soak)
 //
 // API:
 //
@@ -159,6 +161,7 @@ type config struct {
 	listenDSN       string // direct connection for wait mode's LISTEN
 	logFormat       string
 	cpuProfile      string // -cpuprofile: pprof CPU profile of the whole run
+	debugAddr       string // -debug-addr: expvar listener
 }
 
 const (
@@ -228,6 +231,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&cfg.metrics, "metrics", false, "serve OpenTelemetry metrics (otelidem) at GET /metrics in the Prometheus format")
 	fs.DurationVar(&cfg.retention, "retention", 24*time.Hour, "how long idempotency keys are kept (must exceed -lease)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the run to this file (stopped at shutdown)")
+	fs.StringVar(&cfg.debugAddr, "debug-addr", "", "serve GET /debug/vars (expvar: memstats, goroutines) on this address (default: not served)")
 	fs.StringVar(&cfg.logFormat, "log", "text", "log format on stderr: text | json | none (start-up line only)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -289,7 +293,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		ledger = ml
 		storeDesc = "memstore"
 	} else if path, ok := sqlitePath(cfg.dsn); ok {
-		db, ss, sl, err := openSQLite(ctx, path)
+		db, ss, sl, err := openSQLite(ctx, path, retentionMargin(cfg))
 		if err != nil {
 			return err
 		}
@@ -299,7 +303,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		storeDesc = "sqlitestore (transactional, file " + path + ")"
 		mctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go maintain(mctx, ss, maintainEvery, log)
+		go maintain(mctx, ss, maintainInterval(cfg), log)
 	} else if isMySQLDSN(cfg.dsn) {
 		db, ms, ml, dbName, err := openMySQL(ctx, cfg)
 		if err != nil {
@@ -310,7 +314,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		storeDesc = "mysqlstore (transactional, database " + dbName + ")"
 		mctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go maintain(mctx, ms, maintainEvery, log)
+		go maintain(mctx, ms, maintainInterval(cfg), log)
 	} else {
 		pool, ps, pl, schema, err := openPG(ctx, cfg, log)
 		if err != nil {
@@ -322,7 +326,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		storeDesc = "pgstore (transactional, schema " + schema + ")"
 		mctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go maintain(mctx, ps, maintainEvery, log)
+		go maintain(mctx, ps, maintainInterval(cfg), log)
 	}
 
 	opts := engineOptions(cfg, log)
@@ -346,6 +350,13 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		return err
 	}
 
+	if cfg.debugAddr != "" {
+		stopDebug, err := serveDebugVars(cfg.debugAddr, log)
+		if err != nil {
+			return fmt.Errorf("-debug-addr: %w", err)
+		}
+		defer stopDebug()
+	}
 	if cfg.completerEvery > 0 {
 		c, err := newCompleter(a, cfg)
 		if err != nil {
@@ -371,6 +382,15 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	log.Info("stopped", "err", err)
 	return err
 }
+
+// retentionMargin is how long the stores keep records past expiry: the
+// stores' default (an hour), or the retention when that is shorter, so
+// that a short -retention (a soak) bounds the rows as it says.
+func retentionMargin(cfg config) time.Duration { return min(pgstore.DefaultRetentionMargin, cfg.retention) }
+
+// maintainInterval is how often retention runs: every 10 minutes, or
+// every retention when that is shorter.
+func maintainInterval(cfg config) time.Duration { return min(maintainEvery, cfg.retention) }
 
 // engineOptions are the engine's options from the flags; GET /openapi.json
 // publishes the policy they make.
@@ -436,6 +456,7 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 		// the function while retries dominate (issue 21).
 		pgstore.WithInsertFirst(),
 		pgstore.WithLogger(log),
+		pgstore.WithRetentionMargin(retentionMargin(cfg)),
 	}
 	if cfg.batching {
 		opts = append(opts, pgstore.WithBatching())

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"expvar"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
+	"sync"
+	"time"
 )
 
 // startCPUProfile starts a pprof CPU profile written to path (-cpuprofile);
@@ -21,3 +28,25 @@ func startCPUProfile(path string) (stop func(), err error) {
 		_ = f.Close()
 	}, nil
 }
+
+// serveDebugVars serves expvar's /debug/vars, with the number of
+// goroutines, on its own listener at addr (make soak samples it); the
+// address is logged. It returns the function that stops it.
+func serveDebugVars(addr string, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	goroutines.Do(func() {
+		expvar.Publish("goroutines", expvar.Func(func() any { return runtime.NumGoroutine() }))
+	})
+	mux := http.NewServeMux()
+	mux.Handle("GET /debug/vars", expvar.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("debug vars", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}
+
+// goroutines publishes the expvar once per process (tests run several).
+var goroutines sync.Once

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestRestartReplays is the fresh-clone check of the embedded default: the
@@ -60,7 +61,7 @@ func TestSQLiteDSN(t *testing.T) {
 	if filepath.Base(defaultSQLitePath()) != "payments.db" || filepath.Base(filepath.Dir(defaultSQLitePath())) != "idem" {
 		t.Errorf("default path %q, want .../idem/payments.db", defaultSQLitePath())
 	}
-	if _, _, _, err := openSQLite(t.Context(), ""); err == nil {
+	if _, _, _, err := openSQLite(t.Context(), "", time.Hour); err == nil {
 		t.Error("-dsn sqlite:// with no path accepted")
 	}
 }

@@ -68,7 +68,7 @@ func TestReusedKeyAfterExpiry(t *testing.T) {
 				t.Cleanup(ps.Close)
 				store, ledger = ps, pl
 			} else if path, ok := sqlitePath(dsn); ok {
-				sdb, ss, sl, err := openSQLite(t.Context(), path)
+				sdb, ss, sl, err := openSQLite(t.Context(), path, time.Hour)
 				if err != nil {
 					t.Fatal(err)
 				}
