@@ -31,7 +31,8 @@ type CallRequest struct {
 	// adapterkit.CanonicalRoute (no spaces, no ":id" parameters).
 	Name string
 	// Input is the operation's input (a message payload, a marshalled
-	// request), fingerprinted and not kept: the key reused with another
+	// request), fingerprinted and not kept (but for a completer that
+	// registered Name, core/completer): the key reused with another
 	// name or input is refused with ErrMismatch. Larger than the engine's
 	// WithMaxRequestBytes it is refused (CallError, problem.BodyTooLarge).
 	Input []byte

@@ -23,7 +23,7 @@ import (
 // an execution with no stored step has nothing to finish, and one that has
 // a step has its request. Steps go with the record, so does the request.
 
-// keptHeaders are kept for every registered route: a handler needs them to
+// alwaysKept are kept for every registered route: a handler needs them to
 // read the body it is sent again.
 var alwaysKept = []string{"Content-Type", "Content-Encoding"}
 

@@ -71,6 +71,11 @@ func testComplete(t *testing.T, c ctl, st core.Store) {
 	if w := send(service(t, deadEng, &charges, &booked, d.Kill)); w.Code < 500 {
 		t.Fatalf("the dying owner answered %d", w.Code)
 	}
+	var rec recordJSON
+	c.json(&rec, "inspect", "-scope", "u1", "--", key)
+	if len(rec.Steps) != 1 || rec.Steps[0].Name != "charge" || !rec.Steps[0].KeptRequest || rec.Steps[0].ResultBytes != len("ch_1") {
+		t.Errorf("inspect shows steps %+v, want charge (4 bytes) with the kept request", rec.Steps)
+	}
 	eng, err := core.New(st, core.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/completer"
 	"github.com/idemkit/idem/core/storekit"
 )
 
@@ -46,6 +47,9 @@ type stepJSON struct {
 	Name        string  `json:"name"`
 	ResultBytes int     `json:"result_bytes"`
 	Result      *string `json:"result,omitempty"` // -body only
+	// KeptRequest: the request core/completer re-sends is stored with
+	// this step (not shown).
+	KeptRequest bool `json:"kept_request,omitempty"`
 }
 
 type responseJSON struct {
@@ -101,9 +105,10 @@ func (p *printer) record(r storekit.AdminRecord, steps map[string][]byte) int {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		sj := stepJSON{Name: n, ResultBytes: len(steps[n])}
+		name, result, kept := completer.SplitStep(n, steps[n])
+		sj := stepJSON{Name: name, ResultBytes: len(result), KeptRequest: kept}
 		if p.body {
-			v := string(steps[n])
+			v := string(result)
 			sj.Result = &v
 		}
 		j.Steps = append(j.Steps, sj)
@@ -143,6 +148,9 @@ func (p *printer) record(r storekit.AdminRecord, steps map[string][]byte) int {
 		v := fmt.Sprintf("%d bytes", st.ResultBytes)
 		if st.Result != nil {
 			v = *st.Result
+		}
+		if st.KeptRequest {
+			v += " (the request is kept with it, for the completer)"
 		}
 		row("step "+st.Name, v)
 	}

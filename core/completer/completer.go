@@ -276,3 +276,16 @@ func (d *discard) Write(b []byte) (int, error) {
 	d.WriteHeader(http.StatusOK)
 	return len(b), nil
 }
+
+// SplitStep reads a step as a store keeps it (storekit.StepStore's
+// LoadSteps): the step's name and result, and whether the request a
+// completer re-sends rides with it. For tools that show steps (idemctl
+// inspect).
+func SplitStep(name string, stored []byte) (step string, result []byte, request bool) {
+	if n, ok := strings.CutPrefix(name, rerun.Prefix); ok {
+		if _, res, ok := rerun.Unwrap(stored); ok {
+			return n, res, true
+		}
+	}
+	return name, stored, false
+}
