@@ -344,8 +344,11 @@ func TestCompleteUnderSessionTimeouts(t *testing.T) {
 				waitBackends(t, admin, app, 0, `state = 'idle in transaction'`)
 				return func() {}
 			}},
-		{"statement_timeout/defer", "statement_timeout", "200ms", "defer-slow", nil},
-		{"statement_timeout/tx+defer", "statement_timeout", "200ms", "tx+defer-slow", nil},
+		// The timeout applies to every statement of the pool, the claim
+		// included: 1s (not less) so that a loaded CI host does not time
+		// the claim out; the deferred statement sleeps past it.
+		{"statement_timeout/defer", "statement_timeout", "1s", "defer-slow", nil},
+		{"statement_timeout/tx+defer", "statement_timeout", "1s", "tx+defer-slow", nil},
 		{"lock_timeout/tx", "lock_timeout", "100ms", "tx",
 			func(t *testing.T, admin *pgxpool.Pool, _ string, s *Store, req storekit.ClaimRequest) func() {
 				return holdLock(t, admin, `SELECT 1 FROM `+s.names.table+` WHERE scope = $1 AND key = $2 FOR UPDATE`, req.Scope, req.Key)
@@ -378,7 +381,7 @@ func TestCompleteUnderSessionTimeouts(t *testing.T) {
 						}
 					}
 					if slow && (c.writer == "defer-slow" || c.writer == "tx+defer-slow") {
-						if err := Defer(ctx, "SELECT pg_sleep(2)"); err != nil {
+						if err := Defer(ctx, "SELECT pg_sleep(3)"); err != nil {
 							return err
 						}
 					}
