@@ -51,21 +51,7 @@ func checkCompleter(t *testing.T, bin, dsn string, stepStored func() bool) {
 
 	user, key := "u-"+randomID(), "k-"+randomID()
 	body := paymentBody(4200)
-	first := make(chan result, 1)
-	go func() { first <- do(http.MethodPost, owner.base+"/v1/payments", user, key, body) }()
-	var relayed string
-	select {
-	case relayed = <-prov.answered:
-	case r := <-first:
-		t.Fatalf("the owner answered %d %s (%v) before the provider was called", r.status, r.body, r.err)
-	case <-time.After(requestTimeout):
-		t.Fatal("the provider was not called")
-	}
-	waitFor(t, "the charge step stored", 2500*time.Millisecond, stepStored)
-	owner.kill()
-	if r := <-first; r.err == nil {
-		t.Fatalf("the killed owner answered %d %s; the kill came too late (after the booking)", r.status, r.body)
-	}
+	relayed := killAfterCharge(t, prov, owner, user, key, body, 2500*time.Millisecond, stepStored)
 
 	// No retry: the completer alone books the payment, once the lease
 	// lapsed, within its interval (and the booking's latency).

@@ -109,31 +109,16 @@ func checkCrashAfterCharge(t *testing.T, bin, fw, dsn string, stepStored func() 
 	prov := newCountingProvider()
 	srv := httptest.NewServer(prov)
 	t.Cleanup(srv.Close)
+	// The completer is off: here the client's retry takes the key over
+	// (completer_test.go has the completer do it).
 	args := []string{"-framework", fw, "-dsn", dsn, "-provider-url", srv.URL,
-		"-book-latency", "2s", "-lease", lease.String()}
+		"-book-latency", "2s", "-lease", lease.String(), "-completer-interval", "0s"}
 	owner := startProcess(t, bin, nil, args...)
 	other := startProcess(t, bin, nil, args...)
 
 	user, key := "u-"+randomID(), "k-"+randomID()
 	body := paymentBody(4200)
-	first := make(chan result, 1)
-	go func() { first <- do(http.MethodPost, owner.base+"/v1/payments", user, key, body) }()
-
-	var relayed string
-	select {
-	case relayed = <-prov.answered:
-	case r := <-first:
-		t.Fatalf("the owner answered %d %s (%v) before the provider was called", r.status, r.body, r.err)
-	case <-time.After(requestTimeout):
-		t.Fatal("the provider was not called")
-	}
-	// The step is stored right after the provider's answer; the booking
-	// waits -book-latency (2s). Kill once the step is there.
-	waitFor(t, "the charge step stored", 1500*time.Millisecond, stepStored)
-	owner.kill()
-	if r := <-first; r.err == nil {
-		t.Fatalf("the killed owner answered %d %s; the kill came too late (after the booking)", r.status, r.body)
-	}
+	relayed := killAfterCharge(t, prov, owner, user, key, body, 1500*time.Millisecond, stepStored)
 
 	// The dead owner's lease holds the key until it lapses; then the retry
 	// takes over and resumes after the charge.
@@ -170,6 +155,30 @@ func checkCrashAfterCharge(t *testing.T, bin, fw, dsn string, stepStored func() 
 	if again.status != http.StatusCreated || !again.replayed || !bytes.Equal(again.body, got.body) {
 		t.Errorf("replay: %d replayed=%v %s, want the 201 replayed", again.status, again.replayed, again.body)
 	}
+}
+
+// killAfterCharge sends a payment to owner and SIGKILLs it once the
+// provider answered and the charge step is stored (within stepWithin),
+// during the -book-latency before the booking. It returns the relayed key
+// the provider saw.
+func killAfterCharge(t *testing.T, prov *countingProvider, owner process, user, key, body string, stepWithin time.Duration, stepStored func() bool) string {
+	t.Helper()
+	first := make(chan result, 1)
+	go func() { first <- do(http.MethodPost, owner.base+"/v1/payments", user, key, body) }()
+	var relayed string
+	select {
+	case relayed = <-prov.answered:
+	case r := <-first:
+		t.Fatalf("the owner answered %d %s (%v) before the provider was called", r.status, r.body, r.err)
+	case <-time.After(requestTimeout):
+		t.Fatal("the provider was not called")
+	}
+	waitFor(t, "the charge step stored", stepWithin, stepStored)
+	owner.kill()
+	if r := <-first; r.err == nil {
+		t.Fatalf("the killed owner answered %d %s; the kill came too late (after the booking)", r.status, r.body)
+	}
+	return relayed
 }
 
 // waitFor polls cond until it holds, failing the test after limit.
