@@ -386,7 +386,9 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 // retentionMargin is how long the stores keep records past expiry: the
 // stores' default (an hour), or the retention when that is shorter, so
 // that a short -retention (a soak) bounds the rows as it says.
-func retentionMargin(cfg config) time.Duration { return min(pgstore.DefaultRetentionMargin, cfg.retention) }
+func retentionMargin(cfg config) time.Duration {
+	return min(pgstore.DefaultRetentionMargin, cfg.retention)
+}
 
 // maintainInterval is how often retention runs: every 10 minutes, or
 // every retention when that is shorter.
