@@ -92,8 +92,11 @@ func (e *Engine) own(ctx context.Context, d *Decision, rec *storekit.Record, fre
 	d.lease.kept = d.kept
 	d.startHeartbeat(sent)
 	kind := EventClaim
-	if _, ok := rerun.From(ctx); ok {
+	if m, ok := rerun.From(ctx); ok {
 		kind = EventStalled
+		if m.Took != nil {
+			m.Took.Store(true)
+		}
 	}
 	e.observe(Event{Kind: kind, Scope: d.Scope, Route: d.route, Duration: took})
 	e.log(ctx, slog.LevelInfo, "claim", d.Key, d.Scope, d.route, slog.Int64("token", rec.Token))

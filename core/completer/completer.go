@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/core"
@@ -38,7 +39,9 @@ type stuckLister interface {
 type route struct {
 	headers []string
 	// run sends req again; ran reports that the handler ran (not a
-	// replay: another instance finished the record first).
+	// replay: another instance finished the record first) where the
+	// engine cannot say so itself (Forward: the re-run crosses the
+	// network; in process the engine sets the mark's Took).
 	run func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (ran bool, err error)
 }
 
@@ -135,8 +138,10 @@ func (c *Completer) Once(ctx context.Context) (Report, error) {
 		if !ok {
 			continue
 		}
-		mctx := rerun.With(ctx, rerun.Mark{Scope: rec.Scope, Born: rec.CreatedAt})
+		var took atomic.Bool
+		mctx := rerun.With(ctx, rerun.Mark{Scope: rec.Scope, Born: rec.CreatedAt, Took: &took})
 		ran, err := r.run(mctx, rec, req)
+		ran = ran || took.Load()
 		switch {
 		case err != nil:
 			rep.Failed++
@@ -192,7 +197,8 @@ func HTTP(method, path string, h http.Handler, headers ...string) Option {
 		c.routes[rerun.Route(strings.ToUpper(method), adapterkit.CanonicalRoute(path))] = route{
 			headers: headers,
 			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
-				return c.serve(ctx, h, rec, req)
+				_, err := c.serve(ctx, h, rec, req)
+				return false, err // in process, the mark says whether it ran
 			}}
 	})
 }
@@ -225,12 +231,12 @@ func Call(name string, fn func(ctx context.Context, input []byte) ([]byte, error
 		}
 		c.routes[rerun.Route(storekit.CallMethod, name)] = route{
 			run: func(ctx context.Context, rec storekit.AdminRecord, req rerun.Request) (bool, error) {
-				res, err := c.e.Call(ctx, core.CallRequest{Scope: rec.Scope, Key: rec.Key, Name: rec.Route, Input: req.Body},
+				_, err := c.e.Call(ctx, core.CallRequest{Scope: rec.Scope, Key: rec.Key, Name: rec.Route, Input: req.Body},
 					func(ctx context.Context) ([]byte, error) { return fn(ctx, req.Body) })
 				if errors.Is(err, core.ErrInFlight) {
 					return false, nil // being finished by another instance
 				}
-				return !res.Replayed, err
+				return false, err // the mark says whether it ran
 			}}
 	})
 }

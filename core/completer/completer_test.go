@@ -219,6 +219,54 @@ func TestCompleterFinishesOrphanedCall(t *testing.T) {
 	})
 }
 
+// TestCompleterCompensates: an application that prefers to refund an
+// orphaned charge gives the route a refunding handler behind the same
+// middleware. It runs under the taken-over lease, gets the stored charge
+// from its step without charging again, refunds, and its answer is what
+// the client's late retry gets.
+func TestCompleterCompensates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		p := &payments{}
+		orphan(t, store, p, "u1", "k1", userHeader)
+		eng := newEngine(t, store)
+		var refunds sync.Map
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
+			key, _ := core.KeyFromContext(r.Context())
+			ch, err := p.charge(r.Context(), key) // the stored charge: no provider call
+			if err == nil {
+				_, err = core.Step(r.Context(), "refund", func(context.Context) ([]byte, error) {
+					count(&refunds, string(ch)).Add(1)
+					return []byte("re_1"), nil
+				})
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			w.WriteHeader(http.StatusUnprocessableEntity) // final: the payment was refunded
+			_, _ = w.Write([]byte(`{"refunded":"` + string(ch) + `"}`))
+		})
+		mw, err := nethttpidem.New(eng, nethttpidem.WithScope(func(r *http.Request) (string, error) { return r.Header.Get("X-User-ID"), nil }))
+		require.NoError(t, err)
+		c := newCompleter(t, eng, completer.HTTP(http.MethodPost, "/v1/payments", mw(mux), "X-User-ID"))
+
+		time.Sleep(2 * lease)
+		rep, err := c.Once(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, completer.Report{Finished: 1}, rep)
+		assert.EqualValues(t, 1, p.total(&p.charges), "charged once, before the crash")
+		assert.EqualValues(t, 1, p.total(&refunds), "refunded once")
+		assert.EqualValues(t, 0, p.total(&p.booked))
+
+		w := post(p.instance(t, eng, nil), "u1", "k1", `{"amount":42}`)
+		assert.Equal(t, http.StatusUnprocessableEntity, w.Code)
+		assert.Equal(t, "true", w.Header().Get("Idempotent-Replayed"))
+		assert.JSONEq(t, `{"refunded":"ch_k1"}`, w.Body.String())
+	})
+}
+
 // TestTwoCompletersFinishEachRecordOnce: two instances run their completers
 // at once over the same stalled records; each record is booked once.
 func TestTwoCompletersFinishEachRecordOnce(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,6 +69,10 @@ func Route(method, route string) string { return method + " " + route }
 type Mark struct {
 	Scope string
 	Born  time.Time
+	// Took, when set, is set by the engine when the re-run's claim took
+	// the record over (the handler runs): a completer tells its own
+	// re-run from another instance's.
+	Took *atomic.Bool
 }
 
 type markKey struct{}
