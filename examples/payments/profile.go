@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"sync"
 	"time"
@@ -30,7 +31,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 }
 
 // serveDebugVars serves expvar's /debug/vars, with the number of
-// goroutines, on its own listener at addr (make soak samples it); the
+// goroutines and the live heap, on its own listener at addr (make soak samples it); the
 // address is logged. It returns the function that stops it.
 func serveDebugVars(addr string, log *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
@@ -39,6 +40,13 @@ func serveDebugVars(addr string, log *slog.Logger) (func(), error) {
 	}
 	goroutines.Do(func() {
 		expvar.Publish("goroutines", expvar.Func(func() any { return runtime.NumGoroutine() }))
+		// The heap the last GC found live: steadier than memstats'
+		// HeapAlloc, which includes garbage not yet collected.
+		expvar.Publish("heap_live", expvar.Func(func() any {
+			s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+			metrics.Read(s)
+			return s[0].Value.Uint64()
+		}))
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /debug/vars", expvar.Handler())

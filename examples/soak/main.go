@@ -1,7 +1,8 @@
 // Command soak runs examples/payments for a long while on each store under
 // steady load with duplicates, SIGKILLing one of its two instances (each
 // runs the completer) at intervals, and samples every -sample: requests per
-// second, the surviving instance's RSS, Go heap, goroutines and open file
+// second, the surviving instance's RSS, live Go heap (as the last GC found
+// it), goroutines and open file
 // descriptors, the database's connections and the rows of each table. It
 // ends with the growth from minute 2 to the end. It is bounded (-duration
 // per store), targets 127.0.0.1, and removes what it creates (its schema,
@@ -338,7 +339,7 @@ func soak(ctx context.Context, cfg config, db *database) error {
 
 	fmt.Printf("\n%s, %v, %d clients, %d%% duplicates, second instance killed every %v, retention %v\n\n",
 		db.name, cfg.duration, cfg.clients, cfg.dup, cfg.killEvery, cfg.retain)
-	fmt.Printf("| min | req/s | RSS MiB | heap MiB | goroutines | fds | db conns | %s | non-201 |\n", strings.Join(short(db.tables), " | "))
+	fmt.Printf("| min | req/s | RSS MiB | live heap MiB | goroutines | fds | db conns | %s | non-201 |\n", strings.Join(short(db.tables), " | "))
 	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|%s---:|\n", strings.Repeat("---:|", len(db.tables)))
 	var samples []sample
 	began, last, lastDone := time.Now(), time.Now(), int64(0)
@@ -415,11 +416,11 @@ func take(ctx context.Context, a *instance, db *database) sample {
 	if resp, err := http.Get(a.debug + "/debug/vars"); err == nil {
 		var v struct {
 			Goroutines int64
-			Memstats   struct{ HeapAlloc int64 }
+			HeapLive   int64 `json:"heap_live"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&v)
 		resp.Body.Close()
-		s.heap, s.goroutines = v.Memstats.HeapAlloc, v.Goroutines
+		s.heap, s.goroutines = v.HeapLive, v.Goroutines
 	}
 	if db.conns != "" {
 		_ = db.sql.QueryRowContext(ctx, db.conns).Scan(&s.conns)
