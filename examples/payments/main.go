@@ -69,7 +69,8 @@
 //	-log text                   log format on stderr: text | json | none
 //	-cpuprofile FILE            write a pprof CPU profile of the run to FILE
 //	-debug-addr ADDR            serve GET /debug/vars (expvar: memstats,
-//	                            goroutines) on its own listener (make soak)
+//	                            goroutines, live heap) and /debug/pprof/ on
+//	                            its own listener (make soak)
 //
 // API:
 //
@@ -279,7 +280,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		provider = hp
 		providerDesc = cfg.providerURL
 	} else {
-		provider = newSimProvider(cfg.providerLatency, log)
+		provider = newSimProvider(cfg.providerLatency, log, cfg.retention)
 	}
 
 	var (

@@ -36,7 +36,7 @@ func testApp(t *testing.T, cfg config, latency time.Duration) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &app{svc: &Service{ledger: ml, provider: newSimProvider(latency, log), log: log}, eng: eng, log: log}
+	a := &app{svc: &Service{ledger: ml, provider: newSimProvider(latency, log, 0), log: log}, eng: eng, log: log}
 	if a.openapi, err = openAPIJSON(eng, false); err != nil {
 		t.Fatal(err)
 	}

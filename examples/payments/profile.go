@@ -8,7 +8,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
+	"net/http/pprof"
+	rpprof "runtime/pprof"
 	"sync"
 	"time"
 )
@@ -20,12 +21,12 @@ func startCPUProfile(path string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := rpprof.StartCPUProfile(f); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
 	return func() {
-		pprof.StopCPUProfile()
+		rpprof.StopCPUProfile()
 		_ = f.Close()
 	}, nil
 }
@@ -50,6 +51,7 @@ func serveDebugVars(addr string, log *slog.Logger) (func(), error) {
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /debug/vars", expvar.Handler())
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // heap, goroutine, ... profiles of a soak
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("debug vars", "addr", ln.Addr().String())

@@ -18,18 +18,33 @@ import (
 
 // simProvider is the in-process payment provider of the embedded default.
 // Like Stripe, it deduplicates on the Idempotency-Key it is given: the
-// same key returns the same charge and charges nothing more.
+// same key returns the same charge and charges nothing more. Like Stripe it
+// forgets a key after a window (Stripe: 24 hours); main gives it idem's
+// retention, within which a retry relays the same key. Forgetting keeps a
+// long run's memory flat (make soak).
 type simProvider struct {
 	latency time.Duration
 	log     *slog.Logger
+	window  time.Duration
 
 	mu      sync.Mutex
 	byKey   map[string]string
+	order   []keyAt // byKey's keys, oldest first
 	charges int
 }
 
-func newSimProvider(latency time.Duration, log *slog.Logger) *simProvider {
-	return &simProvider{latency: latency, log: log, byKey: make(map[string]string)}
+type keyAt struct {
+	key string
+	at  time.Time
+}
+
+// newSimProvider returns a provider that remembers keys for window (0: a
+// day).
+func newSimProvider(latency time.Duration, log *slog.Logger, window time.Duration) *simProvider {
+	if window <= 0 {
+		window = 24 * time.Hour
+	}
+	return &simProvider{latency: latency, log: log, window: window, byKey: make(map[string]string)}
 }
 
 // Charge waits the simulated latency, then charges once per key.
@@ -45,12 +60,19 @@ func (p *simProvider) Charge(ctx context.Context, key string, c Charge) (string,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
+	for len(p.order) > 0 && now.Sub(p.order[0].at) > p.window {
+		delete(p.byKey, p.order[0].key)
+		p.order[0] = keyAt{}
+		p.order = p.order[1:]
+	}
 	if id, ok := p.byKey[key]; ok && key != "" {
 		p.log.InfoContext(ctx, "provider: duplicate charge deduplicated", "charge", id, "relay_key", shortKey(key))
 		return id, nil
 	}
 	id := "ch_" + randomHex(12)
 	p.byKey[key] = id
+	p.order = append(p.order, keyAt{key, now})
 	p.charges++
 	p.log.InfoContext(ctx, "provider: card charged", "charge", id, "amount", c.Amount, "currency", c.Currency,
 		"to", c.To, "relay_key", shortKey(key), "charges_total", p.charges)

@@ -87,7 +87,7 @@ func TestStepsFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prov := newSimProvider(0, log)
+			prov := newSimProvider(0, log, 0)
 			a := &app{svc: &Service{ledger: ml, provider: prov, noStep: !cfg.steps, log: log}, eng: eng, log: log}
 			h, err := netHTTPHandler(a)
 			if err != nil {

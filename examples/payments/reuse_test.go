@@ -31,7 +31,7 @@ func TestReusedKeyAfterExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prov := newSimProvider(0, log)
+		prov := newSimProvider(0, log, 0)
 		h := reuseHandler(t, &app{svc: &Service{ledger: ml, provider: prov, log: log}, eng: eng, log: log})
 		checkReuse(t, h, prov, func(post func() (Payment, bool)) Payment {
 			clock.Advance(cfg.retention + time.Second)
@@ -87,7 +87,7 @@ func TestReusedKeyAfterExpiry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prov := newSimProvider(0, log)
+			prov := newSimProvider(0, log, 0)
 			h := reuseHandler(t, &app{svc: &Service{ledger: ledger, provider: prov, log: log}, eng: eng, log: log})
 			checkReuse(t, h, prov, func(post func() (Payment, bool)) Payment {
 				// The store's clock decides: retry until the key is new again.

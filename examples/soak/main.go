@@ -339,6 +339,7 @@ func soak(ctx context.Context, cfg config, db *database) error {
 
 	fmt.Printf("\n%s, %v, %d clients, %d%% duplicates, second instance killed every %v, retention %v\n\n",
 		db.name, cfg.duration, cfg.clients, cfg.dup, cfg.killEvery, cfg.retain)
+	fmt.Fprintf(os.Stderr, "soak: the sampled instance's profiles: %s/debug/pprof/\n", a.debug)
 	fmt.Printf("| min | req/s | RSS MiB | live heap MiB | goroutines | fds | db conns | %s | non-201 |\n", strings.Join(short(db.tables), " | "))
 	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|%s---:|\n", strings.Repeat("---:|", len(db.tables)))
 	var samples []sample
