@@ -33,6 +33,9 @@ func init() {
 	rerun.Observe = func(e any, kind, scope, route string) {
 		e.(*Engine).observe(Event{Kind: kind, Scope: scope, Route: route})
 	}
+	rerun.Warn = func(e any, msg string, err error) {
+		e.(*Engine).cfg.logger.Warn(msg, slog.Any("err", err))
+	}
 }
 
 // New builds an engine on store. It validates the options and returns an

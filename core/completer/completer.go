@@ -95,12 +95,15 @@ func New(e *core.Engine, opts ...Option) (*Completer, error) {
 }
 
 // Run makes a pass every WithInterval until ctx ends, and returns nil then.
-// A pass that fails is tried again at the next tick.
+// A pass that fails is logged with the engine's logger and tried again at
+// the next tick.
 func (c *Completer) Run(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.interval)
 	defer t.Stop()
 	for {
-		_, _ = c.Once(ctx)
+		if _, err := c.Once(ctx); err != nil && ctx.Err() == nil {
+			rerun.Warn(c.e, "completer: pass failed", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -173,6 +173,32 @@ func TestCompleterFinishesOrphanedCharge(t *testing.T) {
 	})
 }
 
+// TestRunFinishesWithinTheInterval: Run looks every WithInterval; the
+// orphan is booked within one interval of its lease lapsing, and Run
+// returns when its context ends.
+func TestRunFinishesWithinTheInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		p := &payments{}
+		orphan(t, store, p, "u1", "k1", userHeader)
+		eng := newEngine(t, store)
+		const every = 500 * time.Millisecond
+		c := newCompleter(t, eng, completer.HTTP(http.MethodPost, "/v1/payments", p.instance(t, eng, nil), "X-User-ID"),
+			completer.WithInterval(every))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+
+		time.Sleep(lease) // synctest's clock: the lease has lapsed by now
+		synctest.Wait()
+		time.Sleep(every)
+		synctest.Wait()
+		assert.EqualValues(t, 1, p.total(&p.booked), "booked within one interval")
+		cancel()
+		assert.NoError(t, <-done)
+	})
+}
+
 // TestCompleterFinishesOrphanedCall is the same for Engine.Call.
 func TestCompleterFinishesOrphanedCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -89,8 +89,9 @@ func From(ctx context.Context) (Mark, bool) {
 // Hooks core sets at init for core/completer, which cannot see an
 // engine's unexported state: Keep makes the engine (a *core.Engine) keep
 // the requests of routes; Observe reports an event of kind to its
-// observer.
+// observer; Warn logs err with the engine's logger.
 var (
 	Keep    func(engine any, routes Routes)
 	Observe func(engine any, kind, scope, route string)
+	Warn    func(engine any, msg string, err error)
 )
