@@ -623,22 +623,19 @@ func Run(t *testing.T, cfg Config, b Backend) {
 		keys[i] = &keyState{job: j}
 	}
 
-	// Chaos: SIGKILL and restart instance 1; kill random database connections.
+	// Chaos: SIGKILL and restart instance 1, and kill a database
+	// connection, as the load passes each of killAt (shares of the keys
+	// handed out): however fast the machine, they land inside the load. More
+	// connections die every 150–500ms while it runs.
+	killAt := []float64{0.15, 0.4, 0.65}
+	killNow, faultNow := make(chan struct{}), make(chan struct{})
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
-	sleep := func(lo, hi time.Duration) bool {
-		select {
-		case <-stop:
-			return false
-		case <-time.After(lo + time.Duration(mrand.Int64N(int64(hi-lo)))):
-			return true
-		}
-	}
 	chaos.Go(func() {
-		for sleep(1200*time.Millisecond, 2500*time.Millisecond) {
+		for range killNow {
 			insts[1].kill()
 			st.kills.Add(1)
-			sleep(100*time.Millisecond, 600*time.Millisecond)
+			time.Sleep(100*time.Millisecond + time.Duration(mrand.Int64N(int64(500*time.Millisecond))))
 			for attempt := 0; ; attempt++ {
 				err := insts[1].start()
 				if err == nil {
@@ -647,6 +644,8 @@ func Run(t *testing.T, cfg Config, b Backend) {
 				}
 				if attempt == 5 {
 					fail.errorf("restart %s: %v", insts[1].name, err)
+					for range killNow { // let the load go on
+					}
 					return
 				}
 				time.Sleep(time.Second)
@@ -654,7 +653,13 @@ func Run(t *testing.T, cfg Config, b Backend) {
 		}
 	})
 	chaos.Go(func() {
-		for sleep(150*time.Millisecond, 500*time.Millisecond) {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-faultNow:
+			case <-time.After(150*time.Millisecond + time.Duration(mrand.Int64N(int64(350*time.Millisecond)))):
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			n, err := b.Fault(ctx)
 			cancel()
@@ -691,10 +696,16 @@ func Run(t *testing.T, cfg Config, b Backend) {
 		})
 	}
 	loadStart := time.Now()
-	for _, ks := range keys {
+	for i, ks := range keys {
+		if len(killAt) > 0 && i == int(killAt[0]*float64(len(keys))) {
+			killAt = killAt[1:]
+			killNow <- struct{}{} // once the previous restart is done
+			faultNow <- struct{}{}
+		}
 		jobs <- ks
 	}
 	close(jobs)
+	close(killNow)
 	// Chaos runs while keys are being handed out; the last requests finish
 	// (their retries included) against a stable pair.
 	close(stop)
