@@ -44,7 +44,7 @@ func (hc *holdConn) Write(p []byte) (int, error) {
 // TestTakeoverDuringCommit: the lease lapses while Complete is in flight
 // in the handler's transaction (its fenced update done, its COMMIT not yet
 // sent), and a retry claims the key meanwhile. The claim must not take the
-// key over: it waits for the record's row, finds it completed, and
+// key over: it waits for the transaction, finds the record completed, and
 // replays. One ledger row, the owner's.
 func TestTakeoverDuringCommit(t *testing.T) {
 	h := &commitHolder{held: make(chan struct{}), release: make(chan struct{})}
@@ -77,21 +77,16 @@ func TestTakeoverDuringCommit(t *testing.T) {
 		claimErr <- err
 		claimed <- res
 	}()
-	// The claim waits for the record's row, held by the transaction in
-	// flight: wait until its write shows in the processlist (bounded),
-	// then let the COMMIT go.
+	// The claim waits for the transaction in flight (its commit mark,
+	// read by the takeover with a locking read): wait until the read shows
+	// (bounded), then let the COMMIT go.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.processlist WHERE db = ? AND (info LIKE 'INSERT INTO `idem_records`%' OR info LIKE 'UPDATE `idem_records`%')",
-			cfg.DBName).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
+		if markReads(t, db) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			close(h.release)
-			t.Fatal("the retry's claim never reached the record's row")
+			t.Fatal("the retry's claim never waited for the transaction in flight")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -1,8 +1,11 @@
 package mysqlstore
 
 import (
+	"database/sql"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
@@ -91,4 +94,92 @@ func committedThenDied(t *testing.T, s *Store, key string) storekit.ClaimRequest
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestTakeoverWaitsForHandlerCommitInFlight: the lease lapsed while the
+// handler's Tx transaction is still open (a slow handler, past its lease).
+// A retry's takeover must not decide on a mark it cannot see yet: it waits
+// for the transaction's end. Committed by the handler itself, the writes
+// are in the database and the retry finds the record completed as not
+// retained; rolled back, the retry takes the key over. Seen failing
+// (model check, history of a CI run): the takeover read no mark, the
+// handler's COMMIT landed, and the retry ran the payment again.
+func TestTakeoverWaitsForHandlerCommitInFlight(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		t.Run(map[bool]string{true: "commit", false: "rollback"}[commit], func(t *testing.T) {
+			db := mysqlstoretest.NewDB(t, "")
+			s := openStore(t, db)
+			ledgerTable(t, db)
+			req := claimReq("slow", time.Minute)
+			hctx, f := handlerCtx(t, s, req)
+			if err := book(hctx, req.Key, f.Token); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { // a failed test leaves no transaction open
+				if tx, err := Tx(hctx); err == nil {
+					_ = tx.Rollback()
+				}
+			})
+			later := openStore(t, db, withClockOffset(2*time.Minute)) // the lease has lapsed
+			type answer struct {
+				res storekit.ClaimResult
+				err error
+			}
+			retry := make(chan answer, 1)
+			go func() {
+				res, err := later.Claim(t.Context(), req)
+				retry <- answer{res, err}
+			}()
+			// The retry must block on the handler's open transaction.
+			for waiting := false; !waiting; {
+				select {
+				case a := <-retry:
+					t.Fatalf("the retry answered while the handler's transaction was open: claimed %v token %d status %s, %v (the handler's writes may still commit: a takeover runs them twice)",
+						a.res.Claimed, a.res.Record.Token, a.res.Record.Status, a.err)
+				case <-time.After(10 * time.Millisecond):
+				}
+				waiting = markReads(t, db) > 0
+			}
+			tx, err := Tx(hctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := tx.Rollback
+			if commit {
+				end = tx.Commit
+			}
+			if err := end(); err != nil {
+				t.Fatal(err)
+			}
+			a := <-retry
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			rows := ledgerRows(t, db, req.Key)
+			if commit {
+				assert.False(t, a.res.Claimed, "the retry took the key over although the handler's writes committed (%d ledger rows)", rows)
+				assert.Equal(t, storekit.StatusCompleted, a.res.Record.Status)
+				assert.True(t, a.res.Record.Response != nil && a.res.Record.Response.NotRetained, "completed as not retained")
+				assert.Equal(t, 1, rows)
+			} else {
+				assert.True(t, a.res.Claimed, "the handler's writes rolled back: the retry takes the key over")
+				assert.Equal(t, 0, rows)
+			}
+		})
+	}
+}
+
+// markReads counts this test database's connections in a takeover's read
+// of a commit mark: a read that cannot finish while the transaction that
+// wrote the mark is open. (information_schema's lock tables name other
+// databases' tables after a test drops its database: the processlist.)
+func markReads(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+		WHERE db = DATABASE() AND info LIKE 'SELECT COUNT(*) INTO v_mark %'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

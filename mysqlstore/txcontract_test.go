@@ -33,7 +33,10 @@ var txHarness = txtest.Harness{
 	ErrNoLease:       ErrNoLease,
 	ErrLeaseFinished: ErrLeaseFinished,
 	CommitMarks:      true,
-	SQLRollbackErr:   ErrTxRolledByServer,
+	// The takeover's locking read of the commit mark waits for the
+	// lapsed owner's transaction (migration 0006).
+	TakeoverWaitsForTx: true,
+	SQLRollbackErr:     ErrTxRolledByServer,
 	// A gap (see Tx: "Do not send COMMIT or BEGIN as SQL"): after a COMMIT
 	// sent as SQL, Complete's statements autocommit one by one.
 	SQLCommitUnseen: true,

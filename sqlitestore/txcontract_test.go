@@ -30,7 +30,7 @@ var txHarness = txtest.Harness{
 	ErrLeaseFinished: ErrLeaseFinished,
 	Parallel:         true,
 	CommitMarks:      true,
-	SingleWriter:     true,
+	TakeoverWaitsForTx:     true,
 	// A gap: SQLite's rollback (a ROLLBACK sent as SQL, an interrupted
 	// statement) releases the key, though what the handler ran on the
 	// transaction after it autocommitted; mysqlstore completes the record

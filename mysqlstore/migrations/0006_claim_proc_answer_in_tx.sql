@@ -20,9 +20,12 @@
 -- process died before Complete, so its writes are in the database. Taking
 -- over would run them again; the record is completed as not retained
 -- instead (a 500 nobody kept; retries answer 409 not-retained), as Fail
--- does when it finds the mark. The read does not lock: a mark still in
--- flight (a live handler past its lease) is not waited for, and that
--- handler gave up the fence when it committed. Costs one primary-key read
+-- does when it finds the mark. The read locks (LOCK IN SHARE MODE): a
+-- consistent read sees neither a mark still in flight (a handler past its
+-- lease whose transaction is open) nor one committed after the read's
+-- snapshot, and the takeover would run the committed writes again. Locking,
+-- it reads the latest mark and waits for an open transaction's end, as a
+-- pgstore takeover waits for the record's lock. Costs one primary-key read
 -- on takeovers only.
 --
 -- 0002's and 0003's procedures stay: binaries of the previous versions
@@ -79,7 +82,7 @@ BEGIN
   IF v_hold = 0 THEN
     START TRANSACTION;
     IF v_prev IS NOT NULL THEN
-      SELECT COUNT(*) INTO v_mark FROM {{.TxMarks}} WHERE token = v_prev;
+      SELECT COUNT(*) INTO v_mark FROM {{.TxMarks}} WHERE token = v_prev LOCK IN SHARE MODE;
       IF v_mark > 0 THEN
         UPDATE {{.Table}}
         SET status = 'completed', completed_at = v_now, steps = NULL,

@@ -126,7 +126,7 @@ func testDeferStaleOwner(r *run, withTx bool) {
 		r.Fatal(err)
 	}
 	r.mustDefer(staleCtx, r.refused())
-	if withTx && !r.h.SingleWriter {
+	if withTx && !r.h.TakeoverWaitsForTx {
 		if err := r.book(staleCtx, "tx", stale.Token); err != nil {
 			r.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func testDeferStaleOwner(r *run, withTx bool) {
 	if err := r.deferRow(newCtx, "k"); err != nil {
 		r.Fatal(err)
 	}
-	if withTx && r.h.SingleWriter {
+	if withTx && r.h.TakeoverWaitsForTx {
 		// Its transaction begins after the takeover, and holds the write
 		// lock until its Complete.
 		if err := r.book(staleCtx, "tx", stale.Token); err != nil {

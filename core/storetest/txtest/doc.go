@@ -14,8 +14,8 @@
 // (RefusesAfterSQLEnd); mysqlstore completes the record as not retained
 // after a ROLLBACK sent as SQL, since later statements autocommit unseen
 // (SQLRollbackErr); mysqlstore and sqlitestore write a commit mark (Marks)
-// that tells a takeover the handler had committed; SQLite has one writer
-// (SingleWriter).
+// that tells a takeover the handler had committed; in both a takeover waits
+// for the lapsed owner's open transaction (TakeoverWaitsForTx).
 //
 //	func TestTxContract(t *testing.T) { txtest.Run(t, harness) }
 //

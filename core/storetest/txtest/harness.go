@@ -127,11 +127,14 @@ type Harness struct {
 	// storekit.ErrNotCommitted rather than storekit.ErrLeaseLost. Either
 	// way nothing of the stale owner's commits.
 	DeferredBeforeFence bool
-	// SingleWriter: the lease transaction holds the database's only write
-	// lock from its first statement (SQLite): while it is open, no other
-	// connection writes, so a stale owner writes after the takeover, not
-	// before.
-	SingleWriter bool
+	// TakeoverWaitsForTx: a takeover waits for the lapsed owner's open
+	// transaction to end, so a stale owner's transaction begins after the
+	// takeover, not before. SQLite: the lease transaction holds the
+	// database's only write lock from its first statement. mysqlstore: the
+	// takeover reads the commit mark with a locking read, since a handler
+	// that commits the transaction itself would otherwise commit its writes
+	// after a takeover that saw no mark.
+	TakeoverWaitsForTx bool
 
 	// Counted, when set, opens an Env on one connection whose statements
 	// Counter counts, for the statement counts per phase (Counts).

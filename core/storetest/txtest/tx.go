@@ -100,7 +100,7 @@ func testTxThroughDecorator(r *run) {
 // vanish; the new owner's land.
 func testTxStaleOwner(r *run) {
 	staleCtx, stale := r.claim("k", time.Minute)
-	if !r.h.SingleWriter {
+	if !r.h.TakeoverWaitsForTx {
 		r.mustBook(staleCtx, stale)
 	}
 	r.e.Lapse(r.T, scope, "k")
@@ -108,13 +108,13 @@ func testTxStaleOwner(r *run) {
 	if fresh.Token <= stale.Token {
 		r.Fatalf("takeover token %d not above %d", fresh.Token, stale.Token)
 	}
-	if r.h.SingleWriter {
+	if r.h.TakeoverWaitsForTx {
 		r.mustBook(staleCtx, stale) // its transaction begins after the takeover
 	} else {
 		r.mustBook(newCtx, fresh)
 	}
 	wantErr(r.T, "the stale owner's Complete", r.e.Store.Complete(staleCtx, stale, body("stale")), storekit.ErrLeaseLost)
-	if r.h.SingleWriter {
+	if r.h.TakeoverWaitsForTx {
 		r.mustBook(newCtx, fresh)
 	}
 	must(r.T, "the new owner's Complete", r.e.Store.Complete(newCtx, fresh, body("new")))
