@@ -25,12 +25,12 @@ var txHarness = txtest.Harness{
 		}
 		return txtest.SQLTx(tx), nil
 	},
-	Defer:            Defer,
-	ErrNoLease:       ErrNoLease,
-	ErrLeaseFinished: ErrLeaseFinished,
-	Parallel:         true,
-	CommitMarks:      true,
-	TakeoverWaitsForTx:     true,
+	Defer:              Defer,
+	ErrNoLease:         ErrNoLease,
+	ErrLeaseFinished:   ErrLeaseFinished,
+	Parallel:           true,
+	CommitMarks:        true,
+	TakeoverWaitsForTx: true,
 	// A gap: SQLite's rollback (a ROLLBACK sent as SQL, an interrupted
 	// statement) releases the key, though what the handler ran on the
 	// transaction after it autocommitted; mysqlstore completes the record
