@@ -101,24 +101,23 @@ bench-sqlite:
 	$(GO) test -run '^$$' -bench 'BenchmarkConformance' -benchtime 2000x -count 1 ./sqlitestore
 
 ## bench-e2e: §3 examples/payments on pgstore under the loopback load driver vs the article's design and
-## the bare endpoint: as shipped, with -batching, the two in one run (scripts/bench-batching.sh),
+## the bare endpoint: as shipped, batching on and off in one run (scripts/bench-batching.sh),
 ## PostgreSQL alone per design (scripts/pgfloor.sh), logging on and off, pool sizing
 bench-e2e:
 	$(GO) run ./examples/loadgen -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 1500 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16
-	$(GO) run ./examples/loadgen -payments-flags -batching -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 6000 -rounds 6 -warmup 300 -dups 0,30,90 -pool 16
 	scripts/bench-batching.sh -requests 6000 -rounds 4 -warmup 300 -dups 0,30 -pool 16
 	scripts/pgfloor.sh 8
 	$(GO) run ./examples/loadgen -requests 3000 -rounds 3 -concurrency 16 -dups 0,30,90 -logs default,off
 	$(GO) run ./examples/loadgen -requests 1500 -concurrency 32 -dups 0 -pool 32 -pools 4,8 -provider-latency 50ms
 
 ## bench-far: §4 the same servers with the database a round trip away (loadgen -db-rtt: a relay on
-## 127.0.0.1), as shipped at 0, 0.5, 1, 2 and 5 ms; -batching against as shipped at 2 ms
+## 127.0.0.1), as shipped at 0, 0.5, 1, 2 and 5 ms; batching on against off at 2 ms
 bench-far:
 	@for rtt in 0 0.5ms 1ms 2ms 5ms; do \
 		echo "loadgen -db-rtt $$rtt"; \
 		$(GO) run ./examples/loadgen -provider-http -db-rtt $$rtt -targets idem,idem-nostep,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16 || exit 1; \
 	done
-	scripts/bench-batching.sh -db-rtt 2ms -requests 3000 -rounds 3 -warmup 200 -dups 0,90
+	scripts/bench-batching.sh -db-rtt 2ms -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90
 
 ## soak: §9 examples/payments for SOAK_DURATION (default 10m) on each store (SQLite, PostgreSQL, MariaDB)
 ## under steady load with duplicates, SIGKILLing one of its two instances every minute; samples every

@@ -9,17 +9,30 @@ import (
 )
 
 // batcher gathers the statements of concurrent requests into one, as
-// PostgreSQL gathers commits into one flush (WithBatching: claimbatch.go,
-// completebatch.go, stepbatch.go). A request sends its statement at
-// once while fewer than batchRunning of its kind are in flight; otherwise
-// it queues, and the next statement carries everything queued (up to
+// PostgreSQL gathers commits into one flush (claimbatch.go,
+// completebatch.go, stepbatch.go). A request sends its statement at once
+// while fewer than limit statements of its kind are in flight; otherwise it
+// queues, and the next statement carries everything queued (up to
 // batchMax). A request alone pays nothing; one that queues waits for at
-// most one statement in flight.
+// most one statement in flight. Each statement's requests are its own
+// (claimbatch.go and completebatch.go say how a shared one stays fenced).
+//
+// The limit adapts to what statements take, as TCP Vegas and Netflix's
+// gradient limiter do: while a statement takes less than twice the
+// fastest of late (a database a round trip away, or idle), statements are
+// not waiting on each other in the database, so more go in flight, up to
+// limitMax, and nobody queues: as fast as each request alone. When they
+// take longer (a database whose CPU is the bottleneck, or a pool
+// exhausted), fewer go in flight and more requests share each: fewer
+// statements and commits for the same work.
 type batcher[P batchItem] struct {
 	mu      sync.Mutex
 	queue   []P
 	running int
-	failed  int // statements that failed, their requests sent one by one
+	limit   float64   // statements of this kind let in flight: its floor, >= 1
+	fixed   bool      // limit pinned (withBatchLimit), not adapted
+	rtt     minWindow // the fastest statements of late
+	failed  int       // statements that failed, their requests sent one by one
 	// send runs one statement for batch (two or more requests, sorted by
 	// (scope, key)) and sets each one's answer; an error sends each again
 	// alone. alone runs one request's own statement.
@@ -28,11 +41,59 @@ type batcher[P batchItem] struct {
 }
 
 const (
-	// batchRunning bounds the statements of a kind in flight.
-	batchRunning = 1
 	// batchMax bounds the requests of one statement.
 	batchMax = 64
+	// limitMax bounds the statements of a kind in flight, and is where the
+	// limit starts: as if each request were sent alone.
+	limitMax = 64
+	// rttTolerance: a statement up to this many times the fastest of late
+	// counts as not delayed (jitter, a bigger batch, a busy client host).
+	rttTolerance = 2.0
+	// limitHeadroom: what the limit grows by at a gradient of 1.
+	limitHeadroom = 0.5
+	// limitSmoothing: the share of each new estimate in the limit.
+	limitSmoothing = 0.2
 )
+
+// adapt moves the limit after a statement that took took (b.mu held), as
+// Netflix's gradient limiter does: limit × gradient + ½, the gradient being
+// how much slower than twice the fastest of late statements are now. At
+// rest the limit is ½/(1-gradient): one in flight (every other request
+// queues) while statements take about three times the fastest or more, which is
+// where a database whose CPU is the bottleneck sits; limitMax while they
+// take less than twice the fastest (a database a round trip away, or
+// idle). The constants are the measured ones (BENCHMARKS.md §3, §4).
+func (b *batcher[P]) adapt(took time.Duration) {
+	fastest := b.rtt.add(took)
+	if b.fixed {
+		return
+	}
+	gradient := min(1, rttTolerance*float64(fastest)/float64(max(took, 1)))
+	next := b.limit*gradient + limitHeadroom
+	b.limit = min(limitMax, max(1, b.limit*(1-limitSmoothing)+next*limitSmoothing))
+}
+
+// minWindow is the minimum of the last 2×minWindowSize samples or so: two
+// buckets, the older dropped when the newer fills.
+type minWindow struct {
+	cur, prev time.Duration
+	n         int
+}
+
+const minWindowSize = 256
+
+func (w *minWindow) add(d time.Duration) time.Duration {
+	if w.n == 0 || d < w.cur {
+		w.cur = d
+	}
+	if w.n++; w.n == minWindowSize {
+		w.prev, w.n = w.cur, 0
+	}
+	if w.prev > 0 && w.prev < w.cur {
+		return w.prev
+	}
+	return w.cur
+}
 
 // batchItem is a request of a batcher: a pointer to a struct embedding
 // pendingBase.
@@ -57,10 +118,14 @@ func (b *batcher[P]) do(ctx context.Context, p P) bool {
 	pb := p.base()
 	pb.ctx, pb.done = ctx, make(chan struct{})
 	b.mu.Lock()
-	if b.running < batchRunning {
+	if b.running < int(b.limit) {
 		b.running++
+		// What queued before a larger limit let p through goes with it.
+		n := min(len(b.queue), batchMax-1)
+		batch := append(slices.Clone(b.queue[:n]), p)
+		b.queue = slices.Delete(b.queue, 0, n)
 		b.mu.Unlock()
-		b.run([]P{p})
+		b.run(batch)
 		return true
 	}
 	b.queue = append(b.queue, p)
@@ -97,6 +162,7 @@ func (b *batcher[P]) withdraw(p P) bool {
 // request must not wait for other requests) or, with nothing queued, frees
 // the running slot.
 func (b *batcher[P]) run(batch []P) {
+	began := time.Now()
 	if len(batch) == 1 {
 		b.alone(batch[0])
 	} else if err := b.send(sortByKey(batch)); err != nil {
@@ -113,10 +179,12 @@ func (b *batcher[P]) run(batch []P) {
 		}
 		wg.Wait()
 	}
+	took := time.Since(began)
 	for _, p := range batch {
 		close(p.base().done)
 	}
 	b.mu.Lock()
+	b.adapt(took)
 	if len(b.queue) == 0 {
 		b.running--
 		b.mu.Unlock()
@@ -155,4 +223,13 @@ func batchContext[P batchItem](batch []P) (context.Context, context.CancelFunc) 
 		}
 	}
 	return context.WithDeadline(ctx, latest)
+}
+
+// start sets the limit: n statements in flight (tests), or adaptive from
+// limitMax (n = 0).
+func (b *batcher[P]) start(n int) {
+	b.limit, b.fixed = float64(n), n > 0
+	if n == 0 {
+		b.limit = limitMax
+	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// A claim's batcher (batch.go) for each kind of claim statement, with
-// WithBatching: the bare inserts into one multi-row insert (sql
+// A claim's batcher (batch.go) for each kind of claim statement, unless
+// WithoutBatching: the bare inserts into one multi-row insert (sql
 // claimNews), the claim function's calls into one call per row (sql
 // claimFns). On a CPU-bound database most of a claim's cost is per
 // statement and per transaction, not per row (BENCHMARKS.md §3, scripts/pgfloor.sh), so
@@ -64,6 +64,10 @@ func (s *Store) initBatches() {
 			p.waiters, p.err = s.completeAlone(p.ctx, p.f, p.deferred, p.args)
 		},
 	}
+	s.inserts.start(s.cfg.batchLimit)
+	s.calls.start(s.cfg.batchLimit)
+	s.stepSaves.start(s.cfg.batchLimit)
+	s.completes.start(s.cfg.batchLimit)
 }
 
 // claimNewBatched is claimNew, batched with concurrent claims when the

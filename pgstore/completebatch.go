@@ -10,7 +10,7 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// completeBatch (WithBatching) gathers the completes of concurrent
+// completeBatch (unless WithoutBatching) gathers the completes of concurrent
 // requests that have no Tx into one pipeline, and so into one implicit
 // transaction: each request's deferred statements, then its fenced
 // complete (completeTx, which raises when its fence matches nothing), one

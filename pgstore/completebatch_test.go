@@ -86,7 +86,7 @@ func TestCompleteBatch(t *testing.T) {
 	for _, v := range batchVariants() {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			s, tr := tracedStore(t, v.execMode, append([]Option{WithBatching()}, v.opts...)...)
+			s, tr := tracedStore(t, v.execMode, append([]Option{withBatchLimit(1)}, v.opts...)...)
 			table := ledger(t, s)
 			ctx := t.Context()
 
@@ -143,7 +143,7 @@ func TestCompleteBatch(t *testing.T) {
 // of it runs and its record stays the owner's.
 func TestCompleteBatchIsolation(t *testing.T) {
 	t.Parallel()
-	s, tr := tracedStore(t, 0, WithBatching())
+	s, tr := tracedStore(t, 0, withBatchLimit(1))
 	table := ledger(t, s)
 	ctx := t.Context()
 
@@ -242,7 +242,7 @@ func TestCompleteBatchIsolation(t *testing.T) {
 // alone: written once, completed, nothing lost and nothing doubled.
 func TestCompleteBatchConnectionKilled(t *testing.T) {
 	t.Parallel()
-	s, tr := tracedStore(t, 0, WithBatching())
+	s, tr := tracedStore(t, 0, withBatchLimit(1))
 	table := ledger(t, s)
 	ctx := t.Context()
 

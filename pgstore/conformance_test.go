@@ -15,8 +15,10 @@ import (
 //
 //   - optimistic: WithInsertFirst (a bare insert first, the claim
 //     function only for an existing key);
-//   - batching: the same with WithBatching
-//     (concurrent claims and completes share statements);
+//   - batching: the same with batching pinned at one statement in flight,
+//     so that concurrent claims and completes share statements under any
+//     load (the default adapts: on a quiet database each goes alone);
+//   - unbatched: WithoutBatching;
 //   - exec and simple_protocol: pools configured the ways the README
 //     suggests behind PgBouncer in transaction mode, without prepared
 //     statements (QueryExecModeExec) or with the simple protocol, where
@@ -41,7 +43,8 @@ func TestConformance(t *testing.T) {
 		variants = append(variants,
 			variant{m.name, 0, m.opts},
 			variant{m.name + "/optimistic", 0, append([]Option{WithInsertFirst()}, m.opts...)},
-			variant{m.name + "/batching", 0, append([]Option{WithInsertFirst(), WithBatching()}, m.opts...)},
+			variant{m.name + "/batching", 0, append([]Option{WithInsertFirst(), withBatchLimit(1)}, m.opts...)},
+			variant{m.name + "/unbatched", 0, append([]Option{WithoutBatching()}, m.opts...)},
 			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
 			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},
 			variant{m.name + "/transactional", 0, append([]Option{WithTransactional()}, m.opts...)},

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core/storekit/sqlkit"
+	"github.com/idemkit/idem/pgstore/internal/hook"
 )
 
 // Option configures New and Migrate. Pass the same options to both: they
@@ -51,9 +52,11 @@ type config struct {
 	// optimisticClaim: bare INSERT first, the claim function on a conflict.
 	optimisticClaim bool
 	// batching: concurrent claims, completes and steps share statements
-	// (batch.go).
-	batching bool
-	listen   listenConfig // listen.go
+	// (batch.go; on unless WithoutBatching); batchLimit pins their
+	// in-flight limit (tests; 0: adaptive).
+	batching   bool
+	batchLimit int
+	listen     listenConfig // listen.go
 	// transactional: claims and heartbeats commit without waiting for
 	// their WAL flush (WithTransactional).
 	transactional bool
@@ -68,9 +71,10 @@ type config struct {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		schema: defaultSchema,
-		table:  defaultTable,
-		margin: DefaultRetentionMargin,
+		schema:   defaultSchema,
+		table:    defaultTable,
+		margin:   DefaultRetentionMargin,
+		batching: true,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -180,10 +184,11 @@ func WithInsertFirst() Option {
 	return optionFunc(func(c *config) { c.optimisticClaim = true })
 }
 
-// WithBatching makes concurrent requests share statements, as PostgreSQL
-// shares one WAL flush among concurrent commits. While a statement of a
-// kind is in flight, the requests that arrive queue, and the next
-// statement carries them all:
+// WithoutBatching makes every request send its own statements. By
+// default concurrent requests share them, as PostgreSQL shares one WAL
+// flush among concurrent commits: while enough statements of a kind are in
+// flight, the requests that arrive queue, and the next statement carries
+// them all:
 //
 //   - claims: the claim function called once per row (and, with
 //     WithInsertFirst, the bare inserts as one multi-row insert), each row
@@ -198,23 +203,28 @@ func WithInsertFirst() Option {
 // constraint, a lost lease) is never another's; after a failure that hid a
 // commit, a resent complete's fence matches nothing and rolls back its
 // deferred statements, so nothing runs twice. Requests that began a Tx
-// complete in their own transaction, never batched.
+// complete in their own transaction, never batched. A request alone is
+// sent at once, and how many statements of a kind go in flight adapts to
+// what they take: on a database a round trip away nobody queues, on a
+// CPU-bound one most requests share (BENCHMARKS.md §3, §4).
 //
-// Deferred statements of concurrent requests may so run in one
-// transaction: with WithBatching they must not rely on transaction-scoped
+// Use WithoutBatching when deferred statements rely on transaction-scoped
 // state (SET LOCAL, advisory transaction locks, now() as the request's own
-// time).
+// time): batched, the deferred statements of concurrent requests may run
+// in one transaction.
 //
-// It trades latency for database CPU: a request that queues waits for
-// the statement in flight. Worth it where the database is CPU-bound and
-// near (on the same host, or a busy primary): there it cut PostgreSQL's CPU
-// per first execution by about half, and raised throughput by a fifth.
-// Where each round trip costs time (a database across a network) it makes
-// requests slower; BENCHMARKS.md §3 and §4 have both.
-//
-// Default: off (every request sends its own statements).
-func WithBatching() Option {
-	return optionFunc(func(c *config) { c.batching = true })
+// Default: batching on.
+func WithoutBatching() Option {
+	return optionFunc(func(c *config) { c.batching = false })
+}
+
+func init() { hook.BatchLimit = func(n int) any { return withBatchLimit(n) } }
+
+// withBatchLimit pins the statements of each kind in flight at n instead
+// of adapting (tests: n = 1 makes batches form under any load;
+// batchtest.WithLimit for other modules' tests).
+func withBatchLimit(n int) Option {
+	return optionFunc(func(c *config) { c.batchLimit = max(n, 0) })
 }
 
 // WithTransactional declares that the store runs in transactional mode:

@@ -8,7 +8,7 @@ import (
 	"github.com/idemkit/idem/core/storekit"
 )
 
-// stepBatch (WithBatching) gathers the SaveSteps of concurrent requests
+// stepBatch (unless WithoutBatching) gathers the SaveSteps of concurrent requests
 // into one pipeline, and so into one implicit transaction and one
 // synchronous commit, as PostgreSQL gathers commits into one flush: each
 // step is its own fenced statement, and a step whose fence matches nothing

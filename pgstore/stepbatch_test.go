@@ -17,7 +17,7 @@ import (
 // was taken over, without failing the others.
 func TestStepBatch(t *testing.T) {
 	t.Parallel()
-	s, tr := tracedStore(t, 0, WithBatching())
+	s, tr := tracedStore(t, 0, withBatchLimit(1))
 	ctx := t.Context()
 
 	keys := []string{"s3", "stale", "s1", "s2"}

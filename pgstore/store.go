@@ -43,7 +43,7 @@ type Store struct {
 	// mix: with WithInsertFirst, how often claims find their key existing
 	// (claimmix.go).
 	mix claimMix
-	// With WithBatching (batch.go), the statements of concurrent
+	// Unless WithoutBatching (batch.go), the statements of concurrent
 	// requests, gathered: the bare inserts and the claim function's calls
 	// (claimbatch.go), the completes of requests without a Tx
 	// (completebatch.go), the steps (stepbatch.go).

@@ -43,7 +43,7 @@
 //	-framework nethttp   examples/payments -framework
 //	-payments-bin PATH   a built examples/payments (default: go build it)
 //	-payments-flags F    more examples/payments flags for every idem
-//	                     target, space-separated (e.g. "-batching")
+//	                     target, space-separated (e.g. "-batching=false")
 //	-targets idem,baseline,article
 //	                     idem-nostep: examples/payments -steps=false (the
 //	                     charge as a plain call, no recovery point)
@@ -167,7 +167,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&cfg.providerHTTP, "provider-http", false, "every server calls an HTTP provider process on 127.0.0.1 (latency -provider-latency)")
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "internal: the HTTP provider's base URL (child mode)")
 	fs.StringVar(&cfg.paymentsBin, "payments-bin", "", "built examples/payments binary (default: go build)")
-	fs.StringVar(&paymentsFlags, "payments-flags", "", "more examples/payments flags for every idem target, space-separated (e.g. \"-batching\")")
+	fs.StringVar(&paymentsFlags, "payments-flags", "", "more examples/payments flags for every idem target, space-separated (e.g. \"-batching=false\")")
 	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, idem-nostep, baseline, article")
 	fs.StringVar(&logs, "logs", "default,off", "logging of every server: default (the example's: text on stderr), off")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "alternating rounds per duplicate share (each server -requests/rounds per round)")

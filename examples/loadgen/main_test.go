@@ -24,8 +24,8 @@ func TestParseFlags(t *testing.T) {
 		cfg.rounds != 3 || len(cfg.logs) != 2 {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	cfg, err = parseFlags([]string{"-payments-flags", " -batching  -steps=false "}, io.Discard)
-	if err != nil || !slices.Equal(cfg.paymentsArgs, []string{"-batching", "-steps=false"}) {
+	cfg, err = parseFlags([]string{"-payments-flags", " -batching=false  -steps=false "}, io.Discard)
+	if err != nil || !slices.Equal(cfg.paymentsArgs, []string{"-batching=false", "-steps=false"}) {
 		t.Errorf("-payments-flags: %q, %v", cfg.paymentsArgs, err)
 	}
 	for _, args := range [][]string{

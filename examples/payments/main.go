@@ -44,11 +44,11 @@
 //	                            charge and the booking the provider is called
 //	                            again with the same relayed key (its own
 //	                            deduplication is then the only wall)
-//	-batching                   concurrent requests share claim, complete and
-//	                            step statements (pgstore.WithBatching): less
-//	                            PostgreSQL CPU where the database is near and
-//	                            busy, slower requests where it is a network hop
-//	                            away
+//	-batching=false             PostgreSQL: every request sends its own
+//	                            statements (pgstore.WithoutBatching). By
+//	                            default concurrent requests share claim,
+//	                            complete and step statements as the database's
+//	                            load calls for
 //	-completer-interval 10s     how often the in-process completer
 //	                            (core/completer) looks for payments whose owner
 //	                            died after the charge and whose client never
@@ -151,7 +151,7 @@ type config struct {
 	providerLatency time.Duration
 	bookLatency     time.Duration
 	steps           bool // the charge is a recovery point (core.Step)
-	batching        bool // pgstore.WithBatching
+	batching        bool // false: pgstore.WithoutBatching
 	completerEvery  time.Duration
 	completerAfter  time.Duration
 	lease           time.Duration
@@ -222,7 +222,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&cfg.providerLatency, "provider-latency", 300*time.Millisecond, "latency of the simulated provider")
 	fs.DurationVar(&cfg.bookLatency, "book-latency", 0, "simulated business time between the provider's answer and booking the ledger row")
 	fs.BoolVar(&cfg.steps, "steps", true, "keep the provider charge as a recovery point (core.Step); false: a plain call, one commit less, no recovery point")
-	fs.BoolVar(&cfg.batching, "batching", false, "PostgreSQL: concurrent requests share claim, complete and step statements (pgstore.WithBatching): less database CPU when it is near and busy, slower requests across a network")
+	fs.BoolVar(&cfg.batching, "batching", true, "PostgreSQL: concurrent requests share claim, complete and step statements as the database's load calls for; false: each sends its own (pgstore.WithoutBatching)")
 	fs.DurationVar(&cfg.completerEvery, "completer-interval", 10*time.Second, "how often the in-process completer books payments whose owner died after the charge and whose client never retried (0: off)")
 	fs.DurationVar(&cfg.completerAfter, "completer-after", 0, "how long past the lapsed lease such a payment must be before the completer takes it")
 	fs.DurationVar(&cfg.lease, "lease", 30*time.Second, "idem lease")
@@ -461,8 +461,8 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 		pgstore.WithLogger(log),
 		pgstore.WithRetentionMargin(retentionMargin(cfg)),
 	}
-	if cfg.batching {
-		opts = append(opts, pgstore.WithBatching())
+	if !cfg.batching {
+		opts = append(opts, pgstore.WithoutBatching())
 	}
 	if cfg.txPooler {
 		opts = append(opts, pgstore.WithTransactionPooler(), pgstore.WithTxIdleTimeout(txIdle))

@@ -60,7 +60,7 @@ type insertFirstMix struct {
 	batchedCalls                atomic.Int64
 	batchedCompletes            atomic.Int64 // pipelines carrying two or more completes
 	historyCompletes            atomic.Int64 // those of them carrying a history's
-	batching                    bool         // WithBatching: batched statements are required
+	batching                    bool         // batchtest.WithLimit(1): batched statements are required
 	inserted, fellBack, fnFirst atomic.Int64
 	last                        atomic.Int32 // claimMode of the latest claim
 	toInsert, toFunction        atomic.Int64 // switches between claims of histories
@@ -298,9 +298,9 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 	// A history's complete joins a batch a few times per 20 histories:
 	// required of longer runs (make model).
 	if m.batching && sum.Histories >= 100 && m.historyCompletes.Load() == 0 {
-		t.Errorf("WithBatching: no history's complete was batched in %d histories", sum.Histories)
+		t.Errorf("batching: no history's complete was batched in %d histories", sum.Histories)
 	}
 	if m.batching && (m.batched.Load() == 0 || m.batchedCalls.Load() == 0 || m.batchedCompletes.Load() == 0) {
-		t.Errorf("WithBatching: %d batched inserts, %d batched function calls, %d batched completes; the run proves nothing about a kind it did not send", m.batched.Load(), m.batchedCalls.Load(), m.batchedCompletes.Load())
+		t.Errorf("batching: %d batched inserts, %d batched function calls, %d batched completes; the run proves nothing about a kind it did not send", m.batched.Load(), m.batchedCalls.Load(), m.batchedCompletes.Load())
 	}
 }

@@ -39,7 +39,9 @@ type pgSetup struct {
 // pgEnvs is pgStore plain, or WithTransactional with txOrDefer ledger rows.
 func pgEnvs(t *testing.T, transactional bool) func(h int) *Env {
 	t.Helper()
-	var s pgSetup
+	// Without a ledger, every request sends its own statements: the model
+	// runs both paths (the others batch as configured by default).
+	s := pgSetup{opts: []pgstore.Option{pgstore.WithoutBatching()}}
 	if transactional {
 		s = pgSetup{opts: []pgstore.Option{pgstore.WithTransactional()}, ledger: txOrDefer}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgstoretest/batchtest"
 )
 
 // The configurations users ship, beyond TestPgstore and
@@ -20,8 +21,8 @@ func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) 
 	mix := newInsertFirstMix()
 	mix.batching = batching
 	setup.opts = append(setup.opts, pgstore.WithInsertFirst())
-	if batching {
-		setup.opts = append(setup.opts, pgstore.WithBatching(), pgstore.WithBatching())
+	if batching { // else the default: the in-flight limit adapts
+		setup.opts = append(setup.opts, batchtest.WithLimit(1)) // batches form under any load
 	}
 	setup.tracer = mix
 	envs, store := pgStore(t, setup)
@@ -32,16 +33,16 @@ func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) 
 	return sum
 }
 
-// TestPgstoreInsertFirst: WithInsertFirst with WithBatching and
-// WithBatching (concurrent claims and completes, the history's and
+// TestPgstoreInsertFirst: WithInsertFirst with batching pinned at one
+// statement in flight (concurrent claims and completes, the history's and
 // the other scope's, share statements).
 func TestPgstoreInsertFirst(t *testing.T) {
 	t.Parallel()
 	pgMixRun(t, "pgstore-insert-first", 20, pgSetup{}, true)
 }
 
-// TestPgstoreInsertFirstTransactional: WithInsertFirst, WithBatching,
-// WithBatching and WithTransactional (the bare insert commits asynchronously too), every
+// TestPgstoreInsertFirstTransactional: WithInsertFirst, batching pinned at
+// one statement in flight and WithTransactional (the bare insert commits asynchronously too), every
 // ledger row queued with pgstore.Defer.
 func TestPgstoreInsertFirstTransactional(t *testing.T) {
 	t.Parallel()
