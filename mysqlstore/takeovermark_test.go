@@ -183,3 +183,63 @@ func markReads(t *testing.T, db *sql.DB) int {
 	}
 	return n
 }
+
+// TestTakeoverLeaseStartsAfterWait: a retry's takeover that waited for the
+// lapsed owner's transaction gets a whole lease from when it claims, not
+// from when it began waiting: a second retry arriving right after must not
+// take the key over while the first one's handler runs. Seen failing (the
+// model check, under CI load): the claim's clock was read before the wait,
+// so a wait longer than the lease handed out a lease lapsed on arrival.
+func TestTakeoverLeaseStartsAfterWait(t *testing.T) {
+	db := mysqlstoretest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	req := claimReq("slow", time.Minute)
+	hctx, f := handlerCtx(t, s, req)
+	if err := book(hctx, req.Key, f.Token); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if tx, err := Tx(hctx); err == nil {
+			_ = tx.Rollback()
+		}
+	})
+	later := openStore(t, db, withClockOffset(2*time.Minute)) // the lease has lapsed
+	retryReq := req
+	retryReq.Lease = time.Second
+	type answer struct {
+		res storekit.ClaimResult
+		err error
+	}
+	retry := make(chan answer, 1)
+	go func() {
+		res, err := later.Claim(t.Context(), retryReq)
+		retry <- answer{res, err}
+	}()
+	for markReads(t, db) == 0 {
+		select {
+		case a := <-retry:
+			t.Fatalf("the retry answered while the handler's transaction was open: %+v, %v", a.res, a.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// The subject is time passing: the handler holds its transaction
+	// longer than the retry's lease, then rolls back.
+	time.Sleep(retryReq.Lease + 500*time.Millisecond)
+	tx, err := Tx(hctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	a := <-retry
+	if a.err != nil || !a.res.Claimed {
+		t.Fatalf("the retry's takeover: %+v, %v", a.res, a.err)
+	}
+	second, err := later.Claim(t.Context(), retryReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assert.False(t, second.Claimed, "a second retry took the key over from the first (token %d over %d): its lease had started before its wait", second.Record.Token, a.res.Record.Token)
+}

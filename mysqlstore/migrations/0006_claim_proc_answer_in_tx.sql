@@ -83,6 +83,9 @@ BEGIN
     START TRANSACTION;
     IF v_prev IS NOT NULL THEN
       SELECT COUNT(*) INTO v_mark FROM {{.TxMarks}} WHERE token = v_prev LOCK IN SHARE MODE;
+      -- The read may have waited for a handler's transaction: what follows
+      -- decides on the row as it is now, so at the clock of now.
+      SET v_now = UTC_TIMESTAMP(6) + INTERVAL p_offset MICROSECOND;
       IF v_mark > 0 THEN
         UPDATE {{.Table}}
         SET status = 'completed', completed_at = v_now, steps = NULL,
