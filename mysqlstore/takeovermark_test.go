@@ -1,6 +1,7 @@
 package mysqlstore
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 	"time"
@@ -96,6 +97,48 @@ func committedThenDied(t *testing.T, s *Store, key string) storekit.ClaimRequest
 	return req
 }
 
+// retryAnswer is a claim's outcome, sent from the goroutine that made it.
+type retryAnswer struct {
+	res storekit.ClaimResult
+	err error
+}
+
+// retryBehindOpenTx books a handler's ledger row in its Tx (the
+// transaction left open, its lease lapsed for a store whose clock is two
+// minutes ahead), sends retry's claim from that store, and returns once
+// the claim waits in its read of the commit mark: the handler's context,
+// the test's database and the claim's answer to come.
+func retryBehindOpenTx(t *testing.T, req, retry storekit.ClaimRequest) (context.Context, *sql.DB, <-chan retryAnswer) {
+	t.Helper()
+	db := mysqlstoretest.NewDB(t, "")
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	hctx, f := handlerCtx(t, s, req)
+	if err := book(hctx, req.Key, f.Token); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // a failed test leaves no transaction open
+		if tx, err := Tx(hctx); err == nil {
+			_ = tx.Rollback()
+		}
+	})
+	later := openStore(t, db, withClockOffset(2*time.Minute)) // the lease has lapsed
+	answer := make(chan retryAnswer, 1)
+	go func() {
+		res, err := later.Claim(t.Context(), retry)
+		answer <- retryAnswer{res, err}
+	}()
+	for markReads(t, db) == 0 {
+		select {
+		case a := <-answer:
+			t.Fatalf("the retry answered while the handler's transaction was open: claimed %v token %d status %s, %v (the handler's writes may still commit: a takeover runs them twice)",
+				a.res.Claimed, a.res.Record.Token, a.res.Record.Status, a.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return hctx, db, answer
+}
+
 // TestTakeoverWaitsForHandlerCommitInFlight: the lease lapsed while the
 // handler's Tx transaction is still open (a slow handler, past its lease).
 // A retry's takeover must not decide on a mark it cannot see yet: it waits
@@ -107,39 +150,8 @@ func committedThenDied(t *testing.T, s *Store, key string) storekit.ClaimRequest
 func TestTakeoverWaitsForHandlerCommitInFlight(t *testing.T) {
 	for _, commit := range []bool{true, false} {
 		t.Run(map[bool]string{true: "commit", false: "rollback"}[commit], func(t *testing.T) {
-			db := mysqlstoretest.NewDB(t, "")
-			s := openStore(t, db)
-			ledgerTable(t, db)
 			req := claimReq("slow", time.Minute)
-			hctx, f := handlerCtx(t, s, req)
-			if err := book(hctx, req.Key, f.Token); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { // a failed test leaves no transaction open
-				if tx, err := Tx(hctx); err == nil {
-					_ = tx.Rollback()
-				}
-			})
-			later := openStore(t, db, withClockOffset(2*time.Minute)) // the lease has lapsed
-			type answer struct {
-				res storekit.ClaimResult
-				err error
-			}
-			retry := make(chan answer, 1)
-			go func() {
-				res, err := later.Claim(t.Context(), req)
-				retry <- answer{res, err}
-			}()
-			// The retry must block on the handler's open transaction.
-			for waiting := false; !waiting; {
-				select {
-				case a := <-retry:
-					t.Fatalf("the retry answered while the handler's transaction was open: claimed %v token %d status %s, %v (the handler's writes may still commit: a takeover runs them twice)",
-						a.res.Claimed, a.res.Record.Token, a.res.Record.Status, a.err)
-				case <-time.After(10 * time.Millisecond):
-				}
-				waiting = markReads(t, db) > 0
-			}
+			hctx, db, retry := retryBehindOpenTx(t, req, req)
 			tx, err := Tx(hctx)
 			if err != nil {
 				t.Fatal(err)
@@ -191,38 +203,11 @@ func markReads(t *testing.T, db *sql.DB) int {
 // model check, under CI load): the claim's clock was read before the wait,
 // so a wait longer than the lease handed out a lease lapsed on arrival.
 func TestTakeoverLeaseStartsAfterWait(t *testing.T) {
-	db := mysqlstoretest.NewDB(t, "")
-	s := openStore(t, db)
-	ledgerTable(t, db)
 	req := claimReq("slow", time.Minute)
-	hctx, f := handlerCtx(t, s, req)
-	if err := book(hctx, req.Key, f.Token); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if tx, err := Tx(hctx); err == nil {
-			_ = tx.Rollback()
-		}
-	})
-	later := openStore(t, db, withClockOffset(2*time.Minute)) // the lease has lapsed
 	retryReq := req
 	retryReq.Lease = time.Second
-	type answer struct {
-		res storekit.ClaimResult
-		err error
-	}
-	retry := make(chan answer, 1)
-	go func() {
-		res, err := later.Claim(t.Context(), retryReq)
-		retry <- answer{res, err}
-	}()
-	for markReads(t, db) == 0 {
-		select {
-		case a := <-retry:
-			t.Fatalf("the retry answered while the handler's transaction was open: %+v, %v", a.res, a.err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	hctx, db, retry := retryBehindOpenTx(t, req, retryReq)
+	later := openStore(t, db, withClockOffset(2*time.Minute))
 	// The subject is time passing: the handler holds its transaction
 	// longer than the retry's lease, then rolls back.
 	time.Sleep(retryReq.Lease + 500*time.Millisecond)
