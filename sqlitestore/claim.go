@@ -64,11 +64,15 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			return res, nil
 		}
 	}
-	if err := s.wr.lock(ctx); err != nil {
-		return storekit.ClaimResult{}, wrap(ctx, op, err)
-	}
-	res, changed, err := s.claimWrite(ctx, &req)
-	s.wr.unlock()
+	var changed bool
+	err = s.wr.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		res, changed, err = s.claimWrite(ctx, tx, &req)
+		if err == nil && !changed {
+			return errDiscard // nothing to keep
+		}
+		return err
+	})
 	if err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
@@ -93,16 +97,11 @@ func readClaim(ctx context.Context, st *sql.Stmt, req *storekit.ClaimRequest) (s
 	return storekit.ClaimResult{Record: rec, Now: fromMicros(now)}, true, nil
 }
 
-// claimWrite is the claim's write transaction. changed reports a commit
-// that changed the record (a claim, or a completion by commit mark).
-// The caller holds the writer slot.
-func (s *Store) claimWrite(ctx context.Context, req *storekit.ClaimRequest) (res storekit.ClaimResult, changed bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return res, false, err
-	}
-	defer func() { _ = tx.Rollback() }()
-
+// claimWrite is the claim's write, in tx. changed reports a change to
+// keep: a claim, or a completion by commit mark (otherwise tx holds only
+// the token draw, which the caller rolls back). The caller holds the
+// writer slot.
+func (s *Store) claimWrite(ctx context.Context, tx *sql.Tx, req *storekit.ClaimRequest) (res storekit.ClaimResult, changed bool, err error) {
 	st, err := s.inTx(ctx, tx, s.sql.drawToken)
 	if err != nil {
 		return res, false, err
@@ -128,7 +127,7 @@ func (s *Store) claimWrite(ctx context.Context, req *storekit.ClaimRequest) (res
 	res.Now = fromMicros(now)
 	if found && !sqlkit.Claimable(&cur.Record, res.Now, req) {
 		res.Record = cur.Record
-		return res, false, nil // rolled back: nothing to keep
+		return res, false, nil
 	}
 	rec := cur.Record
 	newAgain := !found || !rec.ExpiresAt.After(res.Now) // claimable and past retention: the key is new again
@@ -139,9 +138,6 @@ func (s *Store) claimWrite(ctx context.Context, req *storekit.ClaimRequest) (res
 		// repeat them; complete the record as not retained instead.
 		done, err := s.completeByMark(ctx, tx, req, &rec, now)
 		if err != nil || done {
-			if err == nil {
-				err = tx.Commit()
-			}
 			res.Record = rec
 			return res, err == nil, err
 		}
@@ -157,9 +153,6 @@ func (s *Store) claimWrite(ctx context.Context, req *storekit.ClaimRequest) (res
 	if _, err := st.ExecContext(ctx, b(req.Scope), b(req.Key), b(req.Method), b(req.Route), b(req.Fingerprint),
 		tok, lockedUntil, created, expires); err != nil {
 		return res, false, fmt.Errorf("upsert: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return res, false, fmt.Errorf("commit: %w", err)
 	}
 	res.Claimed, res.Fresh = true, newAgain
 	res.Record = storekit.Record{

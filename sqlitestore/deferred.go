@@ -93,50 +93,39 @@ func deferredFailed(ctx context.Context, err error) error {
 // must not run them again. Its commit mark is deleted once the record is
 // completed (or was moved on by another owner), and kept otherwise.
 func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred []sqlkit.DeferredStmt, args []any, handlerCommitted bool) error {
-	const (
-		stepComplete = iota // BEGIN and the fenced complete
-		stepDeferred
-		stepCommit
-	)
-	// run holds the store's writer slot from BEGIN to the end of the
-	// transaction; the key's release after a failure takes the slot itself,
-	// so it runs after run returns.
-	run := func() (lost bool, step int, err error) {
-		if err := s.wr.lock(ctx); err != nil {
-			return false, stepComplete, err
-		}
-		defer s.wr.unlock()
-		// ctx bounds the wait for the write lock at BEGIN; if it ends
-		// later, database/sql rolls the transaction back and the next
-		// statement says so (sql.ErrTxDone). The statements themselves are
-		// not interruptible (sctx): see execDeferred.
-		tx, err := s.txDB.BeginTx(ctx, nil)
-		if err != nil {
-			return false, stepComplete, err
-		}
-		sctx := context.WithoutCancel(ctx)
-		res, err := tx.ExecContext(sctx, s.sql.complete, args...)
+	var lost, deferredFailedErr bool
+	fn := func(ctx context.Context, tx *sql.Tx) error {
+		lost, deferredFailedErr = false, false
+		res, err := tx.ExecContext(ctx, s.sql.complete, args...)
 		var n int64
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
 		if err != nil {
-			_ = tx.Rollback()
-			return false, stepComplete, err
+			return err
 		}
 		if n == 0 {
-			_ = tx.Rollback()
-			return true, stepComplete, nil
+			lost = true
+			return errDiscard
 		}
-		if err := execDeferred(sctx, tx, deferred); err != nil {
-			_ = tx.Rollback()
-			return false, stepDeferred, err
+		if err := execDeferred(ctx, tx, deferred); err != nil {
+			deferredFailedErr = true
+			return err
 		}
-		return false, stepCommit, tx.Commit()
+		return nil
 	}
-	lost, step, err := run()
+	var err error
+	if s.txDB == s.db {
+		// Shared with the writes queued beside it (writer.go).
+		err = s.wr.write(ctx, fn)
+	} else if err = s.wr.lock(ctx); err == nil {
+		// Tx's own database: a transaction of its own, the key's release
+		// after a failure taking the slot itself once it is given back.
+		err = runTx(ctx, s.txDB, fn)
+		s.wr.unlock()
+	}
 	switch {
-	case lost:
+	case lost && err == nil:
 		if handlerCommitted {
 			s.dropMark(ctx, f.Token)
 		}
@@ -161,11 +150,11 @@ func (s *Store) completeDeferred(ctx context.Context, f storekit.Fence, deferred
 		return wrap(ctx, "complete: the deferred statements' transaction failed after the handler committed its own, and completing the record as not retained failed too", err)
 	}
 	s.releaseAfterTxFailure(ctx, f)
-	switch step {
-	case stepDeferred:
+	switch {
+	case deferredFailedErr:
 		return deferredFailed(ctx, err)
-	case stepCommit:
-		return wrap(ctx, "complete: commit", err)
+	case errors.Is(err, errCommit):
+		return wrap(ctx, "complete", err)
 	default:
 		return wrap(ctx, "complete (in transaction)", err)
 	}

@@ -12,23 +12,23 @@ import (
 	"github.com/idemkit/idem/core/storekit/sqlkit"
 )
 
-// fenced runs a fenced UPDATE on the store's pool (autocommit: the
-// statement takes the write lock itself) and reports whether it matched.
-func (s *Store) fenced(ctx context.Context, query string, args ...any) (bool, error) {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return false, err
-	}
-	if err := s.wr.lock(ctx); err != nil {
-		return false, err
-	}
-	defer s.wr.unlock()
-	res, err := st.ExecContext(ctx, args...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+// fenced runs a fenced write in a write transaction (shared with the
+// writes queued beside it: writer.go) and reports whether it matched.
+func (s *Store) fenced(ctx context.Context, query string, args ...any) (matched bool, err error) {
+	err = s.wr.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := s.inTx(ctx, tx, query)
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		matched = n > 0
+		return err
+	})
+	return matched, err
 }
 
 // Heartbeat implements core.Store: one UPDATE. While the lease's

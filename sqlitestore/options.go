@@ -36,7 +36,8 @@ const (
 type config struct {
 	sqlkit.Config // table, margin, Tx's pool and options, clock offset
 
-	poll time.Duration
+	poll      time.Duration
+	ungrouped bool // withoutGroupCommit
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -127,4 +128,11 @@ func (c config) names() names {
 		trgDelete:   quote(c.Table + "_steps_on_delete"),
 		migrations:  quote("idem_schema_migrations"),
 	}
+}
+
+// withoutGroupCommit gives every write a transaction (and an fsync) of its
+// own instead of sharing one with the writes queued beside it (writer.go):
+// the comparison of BenchmarkGroupCommit.
+func withoutGroupCommit() Option {
+	return optionFunc(func(c *config) { c.ungrouped = true })
 }

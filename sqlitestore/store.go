@@ -36,8 +36,9 @@ type Store struct {
 	txs  map[storekit.Fence]*sqlkit.LeaseState
 
 	watch watchers
-	// wr serialises the store's own writes in this process (writer.go).
-	wr writer
+	// wr serialises the store's own writes in this process and commits
+	// them in groups (writer.go).
+	wr *writer
 	// claims: the keys a goroutine of this Store is claiming on the write
 	// path (claim.go, claiming).
 	cmu    sync.Mutex
@@ -60,10 +61,11 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		db: db, txDB: db, cfg: cfg, names: cfg.names(), sql: buildStatements(cfg),
-		stmts: sqlkit.NewStmtCache(db), txs: map[storekit.Fence]*sqlkit.LeaseState{}, wr: newWriter(),
+		stmts: sqlkit.NewStmtCache(db), txs: map[storekit.Fence]*sqlkit.LeaseState{}, wr: newWriter(db),
 		claims: map[watchKey]chan struct{}{},
 	}
 	s.watch.init(s)
+	s.wr.alone = cfg.ungrouped
 	if cfg.TxDB != nil {
 		s.txDB = cfg.TxDB
 	}
