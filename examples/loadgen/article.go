@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -21,9 +23,11 @@ import (
 // flaws are kept on purpose (a stale owner's final UPDATE overwrites the
 // new owner's; the business row and the record are not one fact; the
 // stored JSONB body is replayed as PostgreSQL prints it, not byte for
-// byte). Only the driver differs: pgxpool, sized like idem's, where the
-// article uses database/sql, so that the comparison measures the design,
-// not the driver.
+// byte). On PostgreSQL only the driver differs: pgxpool, sized like
+// idem's, where the article uses database/sql, so that the comparison
+// measures the design, not the driver. On MySQL/MariaDB and SQLite it runs
+// on database/sql with the same statements in their dialect (INSERT IGNORE
+// on MySQL).
 
 const (
 	articleProcessing = "PROCESSING"
@@ -32,8 +36,17 @@ const (
 	articleLock       = 30 * time.Second
 )
 
-// articleDDL is the article's table, as published (PostgreSQL version).
-func articleDDL(table string) []string {
+// articleDDL is the article's table, as published (PostgreSQL version),
+// or its translation: MySQL's JSON and DATETIME(6), SQLite's TEXT and
+// DATETIME (which the driver reads back as time).
+func articleDDL(table string, dialect articleDialect) []string {
+	body, ts, def, index := "JSONB", "TIMESTAMPTZ", " DEFAULT CURRENT_TIMESTAMP", `CREATE INDEX IF NOT EXISTS idx_idempotency_created_at ON `+table+` (created_at)`
+	switch dialect {
+	case articleMySQL:
+		body, ts, def, index = "JSON", "DATETIME(6)", "", `CREATE INDEX idx_idempotency_created_at ON `+table+` (created_at)`
+	case articleSQLite:
+		body, ts, def = "TEXT", "DATETIME", ""
+	}
 	return []string{`CREATE TABLE IF NOT EXISTS ` + table + ` (
     idempotency_key VARCHAR(255) NOT NULL,
     user_id VARCHAR(64) NOT NULL,
@@ -41,37 +54,105 @@ func articleDDL(table string) []string {
     request_hash CHAR(64) NOT NULL,
     status VARCHAR(32) NOT NULL,
     response_code INT,
-    response_body JSONB,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    updated_at TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    locked_until TIMESTAMPTZ NOT NULL,
+    response_body ` + body + `,
+    created_at ` + ts + ` NOT NULL` + def + `,
+    updated_at ` + ts + ` NOT NULL` + def + `,
+    locked_until ` + ts + ` NOT NULL,
     PRIMARY KEY (user_id, idempotency_key)
-)`, `CREATE INDEX IF NOT EXISTS idx_idempotency_created_at ON ` + table + ` (created_at)`}
+)`, index}
+}
+
+// articleDB is what the article's design needs of a database: pgx on
+// PostgreSQL, database/sql on MySQL/MariaDB and SQLite.
+type articleDB interface {
+	exec(ctx context.Context, q string, args ...any) (int64, error)
+	queryRow(ctx context.Context, q string, args ...any) interface{ Scan(...any) error }
+}
+
+type pgxArticleDB struct{ *pgxpool.Pool }
+
+func (p pgxArticleDB) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := p.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (p pgxArticleDB) queryRow(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+	return p.QueryRow(ctx, q, args...)
+}
+
+type sqlArticleDB struct{ *sql.DB }
+
+func (d sqlArticleDB) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := d.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (d sqlArticleDB) queryRow(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+	return d.QueryRowContext(ctx, q, args...)
 }
 
 type articleStore struct {
-	pool                          *pgxpool.Pool
+	db                            articleDB
 	claim, read, takeover, finish string
 }
 
-func newArticleStore(pool *pgxpool.Pool, schema string) *articleStore {
-	t := pgx.Identifier{schema, "idempotency_keys"}.Sanitize()
-	return &articleStore{
-		pool: pool,
-		claim: `INSERT INTO ` + t + `
+// articleDialect is the database the article's design runs on.
+type articleDialect int
+
+const (
+	articlePostgres articleDialect = iota
+	articleMySQL
+	articleSQLite
+)
+
+// newArticleStore is the article's design on table t.
+func newArticleStore(db articleDB, t string, dialect articleDialect) *articleStore {
+	claim := `INSERT INTO ` + t + `
 (idempotency_key, user_id, request_path, request_hash, status, locked_until, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
-ON CONFLICT (user_id, idempotency_key) DO NOTHING`,
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (user_id, idempotency_key) DO NOTHING`
+	if dialect == articleMySQL {
+		claim = `INSERT IGNORE INTO ` + t + `
+(idempotency_key, user_id, request_path, request_hash, status, locked_until, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	}
+	a := &articleStore{
+		db:    db,
+		claim: claim,
 		read: `SELECT idempotency_key, user_id, request_path, request_hash, status, response_code, response_body, locked_until
 FROM ` + t + `
-WHERE user_id = $1 AND idempotency_key = $2`,
+WHERE user_id = ? AND idempotency_key = ?`,
 		takeover: `UPDATE ` + t + `
-SET locked_until = $1, updated_at = $2
-WHERE user_id = $3 AND idempotency_key = $4 AND status = $5`,
+SET locked_until = ?, updated_at = ?
+WHERE user_id = ? AND idempotency_key = ? AND status = ?`,
 		finish: `UPDATE ` + t + `
-SET status = $1, response_code = $2, response_body = $3, updated_at = $4
-WHERE user_id = $5 AND idempotency_key = $6`,
+SET status = ?, response_code = ?, response_body = ?, updated_at = ?
+WHERE user_id = ? AND idempotency_key = ?`,
 	}
+	if dialect == articlePostgres {
+		for _, q := range []*string{&a.claim, &a.read, &a.takeover, &a.finish} {
+			*q = numbered(*q)
+		}
+	}
+	return a
+}
+
+// numbered turns each "?" of q into $1, $2 … in order.
+func numbered(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // execute is the article's ExecuteWithIdempotency, step for step.
@@ -87,11 +168,11 @@ func (a *articleStore) execute(ctx context.Context, log *slog.Logger, userID, ke
 	lockTimeout := now.Add(articleLock)
 
 	// Step 1: INSERT PROCESSING, autocommit.
-	tag, err := a.pool.Exec(ctx, a.claim, key, userID, path, reqHash, articleProcessing, lockTimeout, now)
+	inserted, err := a.db.exec(ctx, a.claim, key, userID, path, reqHash, articleProcessing, lockTimeout, now, now)
 	if err != nil {
 		return http.StatusInternalServerError, nil, false, err
 	}
-	if tag.RowsAffected() == 0 {
+	if inserted == 0 {
 		// Step 2: the key exists: read it.
 		var (
 			k, u, p, h, status string
@@ -99,7 +180,7 @@ func (a *articleStore) execute(ctx context.Context, log *slog.Logger, userID, ke
 			respBody           []byte
 			lockedUntil        time.Time
 		)
-		if err := a.pool.QueryRow(ctx, a.read, userID, key).Scan(&k, &u, &p, &h, &status, &respCode, &respBody, &lockedUntil); err != nil {
+		if err := a.db.queryRow(ctx, a.read, userID, key).Scan(&k, &u, &p, &h, &status, &respCode, &respBody, &lockedUntil); err != nil {
 			return http.StatusInternalServerError, nil, false, err
 		}
 		if h != reqHash || p != path {
@@ -121,7 +202,7 @@ func (a *articleStore) execute(ctx context.Context, log *slog.Logger, userID, ke
 				out, _ := json.Marshal(map[string]string{"error": "A request with this idempotency key is currently in-flight"})
 				return http.StatusConflict, out, false, nil
 			}
-			if _, err := a.pool.Exec(ctx, a.takeover, lockTimeout, now, userID, key, articleProcessing); err != nil {
+			if _, err := a.db.exec(ctx, a.takeover, lockTimeout, now, userID, key, articleProcessing); err != nil {
 				return http.StatusConflict, nil, false, err
 			}
 		}
@@ -140,7 +221,7 @@ func (a *articleStore) execute(ctx context.Context, log *slog.Logger, userID, ke
 	if json.Valid(out) {
 		stored = string(out)
 	}
-	if _, err := a.pool.Exec(ctx, a.finish, final, code, stored, time.Now().UTC(), userID, key); err != nil {
+	if _, err := a.db.exec(ctx, a.finish, final, code, stored, time.Now().UTC(), userID, key); err != nil {
 		log.ErrorContext(ctx, "article: final update failed", "user", userID, "err", err)
 	}
 	return code, out, false, execErr

@@ -6,27 +6,75 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 	"github.com/idemkit/idem/pgstore/pgstoretest"
+	"github.com/idemkit/idem/sqlitestore"
 )
 
-// TestArticleServer runs the article's design (serveChild "article") on a
-// fresh schema and checks that it behaves as the article says, so that the
-// comparison is with the design as published: a first request is booked
-// (201), a retry replays it (201, Idempotent-Replayed), a retry with
-// another body is refused (422), and concurrent duplicates of one key book
-// it once (the others replay or get 409).
+// TestArticleServer runs the article's design (serveChild "article") on
+// a fresh schema of each database and checks that it behaves as the
+// article says, so that the comparison is with the design as published: a
+// first request is booked (201), a retry replays it (201,
+// Idempotent-Replayed), a retry with another body is refused (422), and
+// concurrent duplicates of one key book it once (the others replay or get
+// 409).
 func TestArticleServer(t *testing.T) {
-	pool := pgstoretest.Pool(t)
-	schema := pgstoretest.Schema(t, pool)
-	dsn, err := withParams(pgstoretest.DSN(), schema, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Run("postgres", func(t *testing.T) {
+		pool := pgstoretest.Pool(t)
+		schema := pgstoretest.Schema(t, pool)
+		dsn, err := withParams(pgstoretest.DSN(), schema, 4)
+		require.NoError(t, err)
+		testArticleServer(t, dsn, func(ctx context.Context) (n int, err error) {
+			err = pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".payments`).Scan(&n)
+			return n, err
+		})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		c := mysqlstoretest.Config(t, "")
+		base := "mysql://" + url.UserPassword(c.User, c.Passwd).String() + "@" + c.Addr + "/" + c.DBName
+		name, drop, err := newMySQLDatabase(t.Context(), base)
+		require.NoError(t, err)
+		t.Cleanup(drop)
+		dsn, err := withParams(base, name, 4)
+		require.NoError(t, err)
+		testArticleServer(t, dsn, func(ctx context.Context) (n int, err error) {
+			db, _, err := openMySQL(dsn)
+			if err != nil {
+				return 0, err
+			}
+			defer db.Close()
+			err = db.QueryRowContext(ctx, `SELECT count(*) FROM payments`).Scan(&n)
+			return n, err
+		})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		path, drop, err := newSchema(t.Context(), sqliteScheme+t.TempDir())
+		require.NoError(t, err)
+		t.Cleanup(drop)
+		dsn, err := withParams(sqliteScheme, path, 4)
+		require.NoError(t, err)
+		testArticleServer(t, dsn, func(ctx context.Context) (n int, err error) {
+			db, err := sqlitestore.OpenDB(ctx, path)
+			if err != nil {
+				return 0, err
+			}
+			defer db.Close()
+			err = db.QueryRowContext(ctx, `SELECT count(*) FROM payments`).Scan(&n)
+			return n, err
+		})
+	})
+}
+
+func testArticleServer(t *testing.T, dsn string, ledgerRows func(ctx context.Context) (int, error)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -108,8 +156,7 @@ func TestArticleServer(t *testing.T) {
 	if fresh != 1 {
 		t.Errorf("concurrent duplicates: %d fresh 201s (%d replayed, %d 409), want exactly 1", fresh, dup, busy)
 	}
-	var rows int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+schema+`".payments`).Scan(&rows); err != nil || rows != 2 {
-		t.Errorf("ledger rows %d (%v), want 2", rows, err)
-	}
+	rows, err := ledgerRows(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 2, rows, "ledger rows")
 }

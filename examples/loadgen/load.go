@@ -174,10 +174,11 @@ func (d *driver) post(ctx context.Context, k userKey) (status int, replayed bool
 
 // server is one server variant under load.
 type server struct {
-	target  string // idem, idem-nostep, baseline, article
+	target  string // idem, idem-before, idem-nostep, baseline, article
 	logging string // default, off
 	pool    int
 	mysql   bool   // -dsn mysql://: mysqlstore behind the example
+	sqlite  bool   // -dsn sqlite://: sqlitestore
 	app     string // application_name of its PostgreSQL connections (its schema)
 	dups    []int  // the duplicate shares it takes part in
 	c       *child
@@ -187,13 +188,19 @@ type server struct {
 
 func (s *server) name() string {
 	switch s.target {
-	case "idem", "idem-nostep":
+	case "idem", "idem-before", "idem-nostep":
 		n := "payments + idem (pgstore tx)"
-		if s.mysql {
+		switch {
+		case s.mysql:
 			n = "payments + idem (mysqlstore tx)"
+		case s.sqlite:
+			n = "payments + idem (sqlitestore)"
 		}
-		if s.target == "idem-nostep" {
+		switch s.target {
+		case "idem-nostep":
 			n += ", no step"
+		case "idem-before":
+			n += ", before"
 		}
 		return n
 	case "article":
@@ -265,7 +272,7 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 	var servers []*server
 	for _, l := range cfg.logs {
 		for _, t := range cfg.targets {
-			servers = append(servers, &server{target: t, logging: l, pool: cfg.pool, mysql: isMySQL(cfg.dsn), dups: cfg.dups})
+			servers = append(servers, &server{target: t, logging: l, pool: cfg.pool, mysql: isMySQL(cfg.dsn), sqlite: isSQLite(cfg.dsn), dups: cfg.dups})
 		}
 	}
 	if slices.Contains(cfg.targets, "idem") {
@@ -287,7 +294,7 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 			return err
 		}
 		s.drop = drop
-		if !s.mysql {
+		if !s.mysql && !s.sqlite {
 			s.app = schema
 		}
 		dsn, err := withParams(cfg.dsn, schema, s.pool)
@@ -302,14 +309,18 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 			childLog = "none"
 		}
 		switch s.target {
-		case "idem", "idem-nostep":
+		case "idem", "idem-before", "idem-nostep":
 			args := []string{"-addr", "127.0.0.1:0", "-dsn", dsn, "-framework", cfg.framework,
 				"-provider-latency", cfg.latency.String(), "-log", childLog}
 			if s.target == "idem-nostep" {
 				args = append(args, "-steps=false")
 			}
 			args = append(args, cfg.paymentsArgs...)
-			s.c, err = startChild(ctx, bin, append(args, providerArgs...)...)
+			b := bin
+			if s.target == "idem-before" {
+				b = cfg.paymentsPrev
+			}
+			s.c, err = startChild(ctx, b, append(args, providerArgs...)...)
 		default:
 			s.c, err = startChild(ctx, self, append([]string{"-serve", s.target, "-addr", "127.0.0.1:0", "-dsn", dsn,
 				"-provider-latency", cfg.latency.String(), "-log", childLog}, providerArgs...)...)

@@ -1,6 +1,6 @@
 // Command loadgen drives examples/payments over loopback HTTP with
 // PostgreSQL behind it (pgstore in transactional mode; or MySQL/MariaDB
-// with mysqlstore, -dsn mysql://…) and reports
+// with mysqlstore, -dsn mysql://…; or SQLite files, -dsn sqlite://DIR) and reports
 // throughput and latency percentiles, next to two servers without idem: the
 // bare endpoint (baseline) and the background article's design (article).
 // It is bounded: a fixed number of requests per scenario, a per-request
@@ -16,7 +16,8 @@
 //	                     local test database); a fresh schema per server,
 //	                     dropped at the end. Or mysql://user:pass@host:port/db
 //	                     (MySQL/MariaDB, mysqlstore; a fresh database per
-//	                     server; targets idem and baseline only)
+//	                     server), or sqlite://DIR (a fresh file per server
+//	                     in DIR, the temporary directory if empty; sqlite.go)
 //	-requests 3000       measured requests per server and duplicate share,
 //	                     split over -rounds
 //	-rounds 3            alternating rounds: in each, every server in turn
@@ -42,9 +43,13 @@
 //	                     (a database in another zone; needs a URL -dsn)
 //	-framework nethttp   examples/payments -framework
 //	-payments-bin PATH   a built examples/payments (default: go build it)
+//	-payments-before P   another build of examples/payments (an earlier
+//	                     commit: scripts/bench-before.sh), driven as the
+//	                     target idem-before, as shipped
 //	-payments-flags F    more examples/payments flags for every idem
 //	                     target, space-separated (e.g. "-batching=false")
 //	-targets idem,baseline,article
+//	                     idem-before: -payments-before, as shipped;
 //	                     idem-nostep: examples/payments -steps=false (the
 //	                     charge as a plain call, no recovery point)
 //	-logs default,off    run every server with the example's default
@@ -83,7 +88,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,6 +109,7 @@ type config struct {
 	providerHTTP bool
 	dbRTT        time.Duration // -db-rtt: added database round trip (dbrelay.go)
 	paymentsBin  string
+	paymentsPrev string // -payments-before
 	paymentsArgs []string // -payments-flags
 	targets      []string
 	maxDuration  time.Duration
@@ -154,7 +159,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&cfg.dsn, "dsn", dsn, "PostgreSQL DSN, or mysql://user:pass@host:port/db")
+	fs.StringVar(&cfg.dsn, "dsn", dsn, "PostgreSQL DSN, mysql://user:pass@host:port/db or sqlite://DIR")
 	fs.IntVar(&cfg.requests, "requests", 3000, "measured requests per scenario")
 	fs.IntVar(&cfg.warmup, "warmup", 300, "unmeasured requests before a server's first scenario")
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "concurrent clients")
@@ -167,8 +172,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&cfg.providerHTTP, "provider-http", false, "every server calls an HTTP provider process on 127.0.0.1 (latency -provider-latency)")
 	fs.StringVar(&cfg.providerURL, "provider-url", "", "internal: the HTTP provider's base URL (child mode)")
 	fs.StringVar(&cfg.paymentsBin, "payments-bin", "", "built examples/payments binary (default: go build)")
+	fs.StringVar(&cfg.paymentsPrev, "payments-before", "", "another examples/payments binary (an earlier build), driven as target idem-before")
 	fs.StringVar(&paymentsFlags, "payments-flags", "", "more examples/payments flags for every idem target, space-separated (e.g. \"-batching=false\")")
-	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, idem-nostep, baseline, article")
+	fs.StringVar(&target, "targets", "idem,baseline,article", "servers to drive: idem, idem-before, idem-nostep, baseline, article")
 	fs.StringVar(&logs, "logs", "default,off", "logging of every server: default (the example's: text on stderr), off")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "alternating rounds per duplicate share (each server -requests/rounds per round)")
 	fs.DurationVar(&cfg.maxDuration, "max-duration", 10*time.Minute, "overall deadline")
@@ -193,6 +199,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		switch t = strings.TrimSpace(t); t {
 		case "idem", "idem-nostep", "baseline", "article":
 			cfg.targets = append(cfg.targets, t)
+		case "idem-before":
+			if cfg.paymentsPrev == "" {
+				return cfg, errors.New("-targets idem-before needs -payments-before")
+			}
+			cfg.targets = append(cfg.targets, t)
 		case "":
 		default:
 			return cfg, fmt.Errorf("-targets: unknown %q", t)
@@ -207,8 +218,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 			return cfg, fmt.Errorf("-logs: unknown %q (want default, off)", l)
 		}
 	}
-	if cfg.serve == "" && isMySQL(cfg.dsn) && slices.Contains(cfg.targets, "article") {
-		return cfg, errors.New("-targets article: the article's server is PostgreSQL-only; with a mysql:// DSN use -targets idem,baseline")
+	if isSQLite(cfg.dsn) && cfg.dbRTT > 0 {
+		return cfg, errors.New("-db-rtt: SQLite is in the server's process, no round trip away")
 	}
 	switch cfg.serve {
 	case "", "baseline", "article", "provider":

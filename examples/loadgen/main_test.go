@@ -100,7 +100,10 @@ func TestWithParamsMySQL(t *testing.T) {
 			t.Errorf("%s lacks %s", got, want)
 		}
 	}
-	if _, err := parseFlags([]string{"-dsn", "mysql://root@127.0.0.1/test", "-targets", "idem,article"}, io.Discard); err == nil {
-		t.Error("-targets article accepted with a mysql:// DSN")
+	if _, err := parseFlags([]string{"-dsn", "sqlite://", "-db-rtt", "2ms"}, io.Discard); err == nil {
+		t.Error("-db-rtt accepted with a sqlite:// DSN")
+	}
+	if _, err := parseFlags([]string{"-targets", "idem,idem-before"}, io.Discard); err == nil {
+		t.Error("-targets idem-before accepted without -payments-before")
 	}
 }

@@ -19,10 +19,9 @@ import (
 
 // MySQL/MariaDB behind the servers (-dsn mysql://user:pass@host:port/db):
 // examples/payments runs mysqlstore in transactional mode, the baseline
-// writes its row with database/sql (the article's server is PostgreSQL
-// only). Each server gets a fresh database (MySQL's schema level), dropped
-// at the end. Pools: pool_max_conns in the URL, which examples/payments
-// reads too.
+// and the article's design write with database/sql. Each server gets a
+// fresh database (MySQL's schema level), dropped at the end. Pools:
+// pool_max_conns in the URL, which examples/payments reads too.
 
 func isMySQL(dsn string) bool { return strings.HasPrefix(dsn, "mysql://") }
 
@@ -54,6 +53,7 @@ func openMySQL(dsn string) (*sql.DB, int, error) {
 			return nil, 0, fmt.Errorf("-dsn: pool_max_conns=%q: want a positive integer", v)
 		}
 	}
+	cfg.ParseTime = true // the article's design reads locked_until as a time
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, 0, err
@@ -89,14 +89,15 @@ func newMySQLDatabase(ctx context.Context, dsn string) (string, func(), error) {
 	return name, drop, nil
 }
 
-// mysqlLedger opens the URL's database, creates the ledger table, and
-// returns its insert (the same columns as PostgreSQL's).
-func mysqlLedger(ctx context.Context, dsn string) (func(ctx context.Context, args ...any) error, func(), error) {
+// mysqlLedger opens the URL's database, creates the ledger table (the same
+// columns as PostgreSQL's; and the article's for kind "article"), and
+// returns its insert and the database.
+func mysqlLedger(ctx context.Context, dsn, kind string) (func(ctx context.Context, args ...any) error, *sql.DB, func(), error) {
 	db, _, err := openMySQL(dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS payments (
+	ddl := []string{`CREATE TABLE IF NOT EXISTS payments (
 	id                 VARCHAR(64)  NOT NULL PRIMARY KEY,
 	user_id            VARCHAR(255) NOT NULL,
 	amount             BIGINT       NOT NULL CHECK (amount > 0),
@@ -105,18 +106,24 @@ func mysqlLedger(ctx context.Context, dsn string) (func(ctx context.Context, arg
 	provider_charge_id VARCHAR(64)  NOT NULL,
 	created_at         DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 	KEY payments_user_idx (user_id, created_at, id)
-) ENGINE = InnoDB`); err != nil {
-		_ = db.Close()
-		return nil, nil, err
+) ENGINE = InnoDB`}
+	if kind == "article" {
+		ddl = append(ddl, articleDDL("idempotency_keys", articleMySQL)...)
+	}
+	for _, q := range ddl {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			_ = db.Close()
+			return nil, nil, nil, err
+		}
 	}
 	ins, err := db.PrepareContext(ctx, `INSERT INTO payments (id, user_id, amount, currency, recipient, provider_charge_id) VALUES (?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		_ = db.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	insert := func(ctx context.Context, args ...any) error {
 		_, err := ins.ExecContext(ctx, args...)
 		return err
 	}
-	return insert, func() { _ = ins.Close(); _ = db.Close() }, nil
+	return insert, db, func() { _ = ins.Close(); _ = db.Close() }, nil
 }

@@ -22,8 +22,8 @@ type roomWaiter struct {
 }
 
 func newRoomWaiter(ctx context.Context, dsn string) (*roomWaiter, error) {
-	if isMySQL(dsn) {
-		return nil, nil // not checked on MySQL: its pools are polled by database/sql and its default max_connections is 151
+	if isMySQL(dsn) || isSQLite(dsn) {
+		return nil, nil // not checked on MySQL (its pools are polled by database/sql and its default max_connections is 151), nor SQLite (no server)
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -44,6 +44,9 @@ func withParams(dsn, schema string, pool int) (string, error) {
 	if isMySQL(dsn) {
 		return mysqlWithParams(dsn, schema, pool)
 	}
+	if isSQLite(dsn) {
+		return sqliteScheme + schema, nil // schema is the file (newSchema)
+	}
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -66,10 +69,14 @@ func withParams(dsn, schema string, pool int) (string, error) {
 	return out, nil
 }
 
-// newSchema creates a fresh schema and returns it with a function dropping it.
+// newSchema creates a fresh schema (a MySQL database, a SQLite file) and
+// returns it with a function dropping it.
 func newSchema(ctx context.Context, dsn string) (string, func(), error) {
 	if isMySQL(dsn) {
 		return newMySQLDatabase(ctx, dsn)
+	}
+	if isSQLite(dsn) {
+		return newSQLiteFile(dsn)
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -230,30 +237,36 @@ func serveChild(ctx context.Context, kind, addr, dsn string, latency time.Durati
 	}
 	log := newChildLogger(logFormat, logOut)
 	// insertRow writes the ledger row (id, user_id, amount, currency,
-	// recipient, provider_charge_id) in one autocommit INSERT.
+	// recipient, provider_charge_id) in one autocommit INSERT; art is the
+	// article's store (kind "article").
 	var (
 		insertRow func(ctx context.Context, args ...any) error
-		pool      *pgxpool.Pool
-		schema    string
+		art       *articleStore
 	)
-	if isMySQL(dsn) {
-		if kind == "article" {
-			return errors.New("the article's server is PostgreSQL-only; with a mysql:// DSN drive -targets idem,baseline")
-		}
-		ins, closeFn, err := mysqlLedger(ctx, dsn)
+	switch {
+	case isMySQL(dsn):
+		ins, db, closeFn, err := mysqlLedger(ctx, dsn, kind)
 		if err != nil {
 			return err
 		}
 		defer closeFn()
-		insertRow = ins
-	} else {
-		var err error
-		if pool, schema, insertRow, err = pgLedger(ctx, dsn, kind); err != nil {
+		insertRow, art = ins, newArticleStore(sqlArticleDB{db}, "idempotency_keys", articleMySQL)
+	case isSQLite(dsn):
+		ins, db, err := sqliteLedger(ctx, dsn, kind)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		insertRow, art = ins, newArticleStore(sqlArticleDB{db}, "idempotency_keys", articleSQLite)
+	default:
+		pool, schema, ins, err := pgLedger(ctx, dsn, kind)
+		if err != nil {
 			return err
 		}
 		defer pool.Close()
+		insertRow, art = ins, newArticleStore(pgxArticleDB{pool}, pgx.Identifier{schema, "idempotency_keys"}.Sanitize(), articlePostgres)
 	}
-	return serveBook(ctx, kind, addr, latency, providerURL, log, logOut, insertRow, pool, schema)
+	return serveBook(ctx, kind, addr, latency, providerURL, log, logOut, insertRow, art)
 }
 
 // pgLedger opens the pool, creates the ledger table (and the article's
@@ -281,7 +294,7 @@ func pgLedger(ctx context.Context, dsn, kind string) (*pgxpool.Pool, string, fun
 	created_at         timestamptz NOT NULL DEFAULT now()
 )`, `CREATE INDEX IF NOT EXISTS payments_user_idx ON ` + table + ` (user_id, created_at, id)`}
 	if kind == "article" {
-		ddl = append(ddl, articleDDL(pgx.Identifier{schema, "idempotency_keys"}.Sanitize())...)
+		ddl = append(ddl, articleDDL(pgx.Identifier{schema, "idempotency_keys"}.Sanitize(), articlePostgres)...)
 	}
 	for _, q := range ddl {
 		if _, err := pool.Exec(ctx, q); err != nil {
@@ -296,10 +309,10 @@ func pgLedger(ctx context.Context, dsn, kind string) (*pgxpool.Pool, string, fun
 	}, nil
 }
 
-// serveBook serves the child's endpoints until ctx ends; pool and schema
-// are the article store's (PostgreSQL only).
+// serveBook serves the child's endpoints until ctx ends; art is the
+// article's store (kind "article").
 func serveBook(ctx context.Context, kind, addr string, latency time.Duration, providerURL string, log *slog.Logger, logOut io.Writer,
-	insertRow func(ctx context.Context, args ...any) error, pool *pgxpool.Pool, schema string) error {
+	insertRow func(ctx context.Context, args ...any) error, art *articleStore) error {
 
 	var provider *http.Client
 	if providerURL != "" {
@@ -351,7 +364,7 @@ func serveBook(ctx context.Context, kind, addr string, latency time.Duration, pr
 	mux := http.NewServeMux()
 	switch kind {
 	case "article":
-		mux.Handle("POST /v1/payments", articleHandler(newArticleStore(pool, schema), book, log))
+		mux.Handle("POST /v1/payments", articleHandler(art, book, log))
 	default:
 		mux.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
 			user := r.Header.Get("X-User-ID")
