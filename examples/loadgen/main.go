@@ -109,7 +109,7 @@ type config struct {
 	providerHTTP bool
 	dbRTT        time.Duration // -db-rtt: added database round trip (dbrelay.go)
 	paymentsBin  string
-	paymentsPrev string // -payments-before
+	paymentsPrev string   // -payments-before
 	paymentsArgs []string // -payments-flags
 	targets      []string
 	maxDuration  time.Duration
