@@ -85,20 +85,22 @@ bench-pg:
 	$(GO) test -run '^$$' -bench 'BenchmarkStep' -benchtime 1500x -count 3 -timeout 20m ./pgstore
 
 ## bench-mysql: §2 mysqlstore claim+complete vs its own raw statements (alternating, same run), replays
-## (CALL vs WithReadFirst); §5 wait-mode wake-up by polling; §3 e2e on MariaDB vs ledger-insert-only,
-## and the same command on PostgreSQL for reference
+## (CALL vs WithReadFirst); §5 wait-mode wake-up by polling; §3 e2e on MariaDB vs the article's design
+## and the bare endpoint
 bench-mysql:
 	$(GO) test -run '^$$' -bench 'BenchmarkClaimComplete' -benchtime 1500x -count 3 -timeout 20m ./mysqlstore
 	$(GO) test -run '^$$' -bench 'BenchmarkConformance/ClaimReplay' -benchtime 2000x -count 3 ./mysqlstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x ./mysqlstore
 	$(GO) test -run '^$$' -bench 'BenchmarkReplay$$' -benchtime 4000x -count 2 ./mysqlstore
-	$(GO) run ./examples/loadgen -dsn 'mysql://root@127.0.0.1:3306/test' -targets idem,baseline -logs off -requests 3000 -dups 0,30,90
-	$(GO) run ./examples/loadgen -targets idem,baseline -logs off -requests 3000 -dups 0,30,90
+	$(GO) run ./examples/loadgen -dsn 'mysql://root@127.0.0.1:3306/test' -provider-http -targets idem,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90
 
-## bench-sqlite: §2 sqlitestore claim+complete vs its own statements and a naive floor; replay cost
+## bench-sqlite: §2 sqlitestore claim+complete vs its own statements and a naive floor; replay cost;
+## a first execution with and without group commit; §3 examples/payments on SQLite under loadgen
 bench-sqlite:
 	$(GO) test -run '^$$' -bench 'BenchmarkClaimComplete' -benchtime 1500x -count 3 ./sqlitestore
 	$(GO) test -run '^$$' -bench 'BenchmarkConformance' -benchtime 2000x -count 1 ./sqlitestore
+	$(GO) test -run '^$$' -bench 'BenchmarkFirstExecution' -benchtime 4000x -count 3 ./sqlitestore
+	$(GO) run ./examples/loadgen -dsn sqlite:// -provider-http -targets idem,idem-nostep,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90
 
 ## bench-e2e: §3 examples/payments on pgstore under the loopback load driver vs the article's design and
 ## the bare endpoint: as shipped, batching on and off in one run (scripts/bench-batching.sh),

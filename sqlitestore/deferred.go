@@ -30,8 +30,9 @@ import (
 //     it never runs.
 //   - Statements run in the order they were queued, after everything the
 //     handler ran through Tx, in Tx's transaction if the handler began one;
-//     otherwise Complete begins a write transaction for them and the
-//     fenced complete.
+//     otherwise in a write transaction with the fenced complete, which
+//     may be shared with other requests' writes queued beside it, each in
+//     a savepoint of its own (group commit: writer.go).
 //   - If one fails (a constraint, an error it raises) the whole transaction
 //     rolls back: the other queued statements, the writes made through Tx
 //     and the response are not stored. The key is released (a retry runs

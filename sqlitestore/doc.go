@@ -20,7 +20,9 @@
 // opens a write transaction whose first statement draws the lease token
 // (taking the lock), then re-reads the record and the clock and upserts.
 // Every owner's write (Heartbeat, Complete, Fail, SaveStep) is one UPDATE
-// fenced by token and status. Tokens come from a counter row that Sweep
+// fenced by token and status. Concurrent writes of one process share a
+// transaction, each in a savepoint of its own, and one fsync (group
+// commit); each is answered as if alone, once that transaction committed. Tokens come from a counter row that Sweep
 // never touches: strictly increasing, never reused. Every instant is
 // SQLite's unixepoch('subsec') (millisecond resolution), never the
 // caller's. Keys and scopes are BLOBs compared byte for byte.
@@ -48,6 +50,6 @@
 // One host. Several processes may open the same file (tested: two
 // processes, concurrent duplicates, SIGKILLs); a network file system (NFS,
 // SMB) may not, its locks are not reliable. Writes are serialised: a
-// first execution costs a write transaction and an fsync (synchronous=FULL
-// with OpenDB). The database must be a file, not :memory:. See README.md.
+// write alone costs a transaction and an fsync (synchronous=FULL with
+// OpenDB), concurrent ones share them. The database must be a file, not :memory:. See README.md.
 package sqlitestore
