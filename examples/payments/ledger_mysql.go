@@ -14,9 +14,12 @@ import (
 )
 
 // mysqlLedger is the ledger table in the store's MySQL/MariaDB database.
-// Record writes in mysqlstore.Tx(ctx), the transaction idem commits together
-// with the stored response: the row and the idempotency record are one
-// atomic fact, and a stale owner's row rolls back with its fenced commit.
+// Record queues the row with mysqlstore.Defer: it is inserted in the
+// transaction idem commits together with the stored response, so the row
+// and the idempotency record are one atomic fact, and a stale owner's row
+// rolls back with its fenced commit; no transaction is open (nor a commit
+// mark written) while the handler runs. A row the database refuses fails
+// the commit (500, key released), as with Tx.
 type mysqlLedger struct {
 	db *sql.DB
 }
@@ -114,13 +117,10 @@ func (l *mysqlLedger) migrate(ctx context.Context) error {
 	return err
 }
 
-// Record inserts the row in the execution's transaction.
+// Record queues the row's insert with mysqlstore.Defer: it runs in the
+// transaction that stores the response.
 func (l *mysqlLedger) Record(ctx context.Context, user string, p Payment) error {
-	tx, err := mysqlstore.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO `payments` (id, user_id, amount, currency, recipient, provider_charge_id) VALUES (?, ?, ?, ?, ?, ?)",
+	err := mysqlstore.Defer(ctx, "INSERT INTO `payments` (id, user_id, amount, currency, recipient, provider_charge_id) VALUES (?, ?, ?, ?, ?, ?)",
 		p.ID, user, p.Amount, p.Currency, p.To, p.ProviderChargeID)
 	if err != nil {
 		return fmt.Errorf("ledger: insert: %w", err)
