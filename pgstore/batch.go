@@ -10,7 +10,7 @@ import (
 
 // batcher gathers the statements of concurrent requests into one, as
 // PostgreSQL gathers commits into one flush (claimbatch.go,
-// completebatch.go, stepbatch.go). A request sends its statement at once
+// writebatch.go). A request sends its statement at once
 // while fewer than limit statements of its kind are in flight; otherwise it
 // queues, and the next statement carries everything queued (up to
 // batchMax). A request alone pays nothing; one that queues waits for at

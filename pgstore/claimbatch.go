@@ -52,22 +52,13 @@ func (s *Store) initBatches() {
 			p.cr, p.err = s.claimFn(p.ctx, p.req)
 		},
 	}
-	s.stepSaves = stepBatch{
-		send: s.saveSteps,
-		alone: func(p *pendingStep) {
-			p.matched, p.err = s.saveStepAlone(p.ctx, p.f, p.name, p.result)
-		},
-	}
-	s.completes = completeBatch{
-		send: s.completeBatch,
-		alone: func(p *pendingComplete) {
-			p.waiters, p.err = s.completeAlone(p.ctx, p.f, p.deferred, p.args)
-		},
+	s.writes = writeBatch{
+		send:  s.sendWrites,
+		alone: func(p pendingWrite) { p.runAlone(s) },
 	}
 	s.inserts.start(s.cfg.batchLimit)
 	s.calls.start(s.cfg.batchLimit)
-	s.stepSaves.start(s.cfg.batchLimit)
-	s.completes.start(s.cfg.batchLimit)
+	s.writes.start(s.cfg.batchLimit)
 }
 
 // claimNewBatched is claimNew, batched with concurrent claims when the

@@ -42,7 +42,7 @@ func completeRound(t *testing.T, s *Store, tr *countingTracer, pc *pendingComple
 	wctx, wf := mustClaim(t, s, warm)
 	lock := lockTable(t, s, s.names.table)
 	tr.reset()
-	b := &s.completes
+	b := &s.writes
 	var wg sync.WaitGroup
 	first := make(chan error, 1)
 	wg.Go(func() { first <- s.Complete(wctx, wf, storekit.StoredResponse{Status: 201}) })
@@ -111,7 +111,7 @@ func TestCompleteBatch(t *testing.T) {
 			if n := completeRound(t, s, tr, pc, nil, nil); n != 1 {
 				t.Errorf("%d batch pipelines for %d queued completes, want 1", n, len(pc.keys))
 			}
-			if n := takeFailed(&s.completes); n != 0 {
+			if n := takeFailed(&s.writes); n != 0 {
 				t.Errorf("%d batch statements failed, want 0", n)
 			}
 			for i, k := range pc.keys {
@@ -174,7 +174,7 @@ func TestCompleteBatchIsolation(t *testing.T) {
 	if n := completeRound(t, s, tr, pc, nil, nil); n != 1 {
 		t.Errorf("%d batch pipelines for %d queued completes, want 1", n, len(pc.keys))
 	}
-	if n := takeFailed(&s.completes); n != 1 {
+	if n := takeFailed(&s.writes); n != 1 {
 		t.Errorf("%d batch statements failed, want 1", n)
 	}
 	for i, k := range pc.keys {
@@ -220,7 +220,7 @@ func TestCompleteBatchIsolation(t *testing.T) {
 	}
 	completeRound(t, s, tr, pc, func() {
 		cancel()
-		waitFor(t, func() bool { b := &s.completes; b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
+		waitFor(t, func() bool { b := &s.writes; b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
 	}, nil)
 	if err := pc.errs[1]; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled complete: %v, want context.Canceled", err)
@@ -272,7 +272,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO '||$1||'%'`, table).S
 	if batches != 1 {
 		t.Errorf("%d batch pipelines for %d queued completes, want 1", batches, len(pc.keys))
 	}
-	if n := takeFailed(&s.completes); n != 1 {
+	if n := takeFailed(&s.writes); n != 1 {
 		t.Errorf("%d batch statements failed, want 1 (the killed one)", n)
 	}
 	for i, k := range pc.keys {

@@ -193,9 +193,10 @@ func WithInsertFirst() Option {
 //   - claims: the claim function called once per row (and, with
 //     WithInsertFirst, the bare inserts as one multi-row insert), each row
 //     its own claim;
-//   - completes of requests without a Tx: one pipeline, one transaction,
-//     each request's Defer statements followed by its fenced complete;
-//   - SaveStep: one pipeline, one synchronous commit, each step fenced.
+//   - SaveStep and the completes of requests without a Tx: one pipeline,
+//     one transaction, one synchronous commit, each step fenced, each
+//     complete its request's Defer statements followed by its fenced
+//     complete.
 //
 // Each request gets the answer its own statement would have got, and its
 // writes commit with its response or not at all. A shared statement that

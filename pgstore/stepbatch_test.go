@@ -12,9 +12,10 @@ import (
 )
 
 // TestStepBatch: SaveSteps that queue behind one in flight (a SHARE lock
-// on the steps table holds it) travel in one pipeline, and each gets its
-// own answer: saved and loadable, or ErrLeaseLost for the one whose lease
-// was taken over, without failing the others.
+// on the steps table holds it) travel in one pipeline with a complete
+// queued beside them, and each gets its own answer: saved and loadable,
+// completed, or ErrLeaseLost for the one whose lease was taken over,
+// without failing the others.
 func TestStepBatch(t *testing.T) {
 	t.Parallel()
 	s, tr := tracedStore(t, 0, withBatchLimit(1))
@@ -37,10 +38,11 @@ func TestStepBatch(t *testing.T) {
 		}
 	}
 	_, warm := mustClaim(t, s, claimReq("warm", time.Minute))
+	doneCtx, done := mustClaim(t, s, claimReq("done", time.Minute))
 
 	lock := lockTable(t, s, stepsTable(s.cfg))
 	tr.reset()
-	b := &s.stepSaves
+	b := &s.writes
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := s.SaveStep(ctx, warm, "charge", []byte("w")); err != nil {
@@ -52,21 +54,26 @@ func TestStepBatch(t *testing.T) {
 	for i, k := range keys {
 		wg.Go(func() { errs[i] = s.SaveStep(ctx, fences[i], "charge", []byte("r "+k)) })
 	}
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == len(keys) })
+	var completed error
+	wg.Go(func() { completed = s.Complete(doneCtx, done, storekit.StoredResponse{Status: 201}) })
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == len(keys)+1 })
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
 
 	sqls, _ := tr.snapshot()
-	batches, marker := 0, short(s.steps.save)
+	batches, marker, complete := 0, short(s.steps.save), short(s.sql.completeTx)
 	for _, q := range sqls {
-		if strings.HasPrefix(q, "batch: ") && strings.Count(q, marker) == len(keys) {
+		if strings.HasPrefix(q, "batch: ") && strings.Count(q, marker) == len(keys) && strings.Count(q, complete) == 1 {
 			batches++
 		}
 	}
 	if batches != 1 {
-		t.Errorf("%d pipelines carried the %d queued steps, want 1; statements: %q", batches, len(keys), sqls)
+		t.Errorf("%d pipelines carried the %d queued steps and the complete, want 1; statements: %q", batches, len(keys), sqls)
+	}
+	if completed != nil {
+		t.Errorf("complete beside the steps: %v", completed)
 	}
 	if n := takeFailed(b); n != 0 {
 		t.Errorf("%d batch statements failed, want 0", n)

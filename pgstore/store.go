@@ -45,11 +45,10 @@ type Store struct {
 	mix claimMix
 	// Unless WithoutBatching (batch.go), the statements of concurrent
 	// requests, gathered: the bare inserts and the claim function's calls
-	// (claimbatch.go), the completes of requests without a Tx
-	// (completebatch.go), the steps (stepbatch.go).
+	// (claimbatch.go), the steps and the completes of requests without a
+	// Tx (writebatch.go).
 	inserts, calls claimBatch
-	completes      completeBatch
-	stepSaves      stepBatch
+	writes         writeBatch
 
 	// binaryClaim: the pool's QueryExecMode can ask for the claim's
 	// composite in binary (claimrow.go); otherwise sql.claimText.

@@ -1,0 +1,52 @@
+package pgstore
+
+import "github.com/jackc/pgx/v5"
+
+// writeBatch (unless WithoutBatching) gathers the steps and the completes
+// of concurrent requests without a Tx into one pipeline, and so into one
+// implicit transaction and one synchronous commit, as PostgreSQL gathers
+// commits into one flush: a step rides with the completes (and the steps)
+// of other requests rather than paying a round trip and a commit of its
+// own. Each is its own fenced statement (stepbatch.go, completebatch.go
+// say how), sent in (scope, key) order: two pipelines take their row
+// locks in one order and cannot deadlock, with each other or with a claim
+// batch (claimbatch.go).
+//
+// A step whose fence matches nothing answers ErrLeaseLost without failing
+// the others; anything that fails the pipeline (a complete's fence, a
+// deferred statement's constraint) sends each of its writes again alone,
+// so one request's error is never another's.
+type writeBatch = batcher[pendingWrite]
+
+// pendingWrite is a step (*pendingStep) or a complete (*pendingComplete).
+type pendingWrite interface {
+	batchItem
+	// queue adds its statements to a pipeline; read takes their results
+	// from it, in the same order.
+	queue(s *Store, b *pgx.Batch)
+	read(br pgx.BatchResults) error
+	// runAlone sends its statements on their own and sets its answer.
+	runAlone(s *Store)
+}
+
+// sendWrites sends batch's writes in one pipeline and sets each one's
+// answer; its error sends each again alone.
+func (s *Store) sendWrites(batch []pendingWrite) error {
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, p := range batch {
+		p.queue(s, b)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	var err error
+	for _, p := range batch {
+		if err = p.read(br); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
