@@ -20,7 +20,9 @@ import (
 // one statement at a time, so Defer saves no round trip (unlike
 // pgstore.Defer); what it saves is the transaction: none is open, and no
 // connection is held, while the handler runs (a provider call, say), and
-// the writes still commit atomically with the response.
+// the writes still commit atomically with the response. Without Tx, the
+// store keeps the statement prepared (up to 64 distinct queries; build
+// queries with placeholders, not per request): one round trip each.
 //
 // ctx is the handler's context, as for Tx, which returns the same errors
 // (ErrNoLease, ErrLeaseFinished). What happens to a queued statement:
@@ -70,14 +72,56 @@ func (e *deferredError) Error() string { return e.err.Error() }
 func (e *deferredError) Unwrap() error { return e.err }
 
 // runDeferred sends the deferred statements on tx, in order, and stops at
-// the first that fails.
-func runDeferred(ctx context.Context, tx *sql.Tx, deferred []sqlkit.DeferredStmt) error {
-	for _, d := range deferred {
-		if _, err := tx.ExecContext(ctx, d.Query, d.Args...); err != nil {
+// the first that fails. prepared (deferredStmts; nil for none) has a
+// statement kept prepared for some: each of those is one round trip,
+// prepared once per connection, where database/sql alone prepares,
+// executes and closes a statement with arguments on every run (two round
+// trips).
+func runDeferred(ctx context.Context, tx *sql.Tx, deferred []sqlkit.DeferredStmt, prepared []*sql.Stmt) error {
+	for i, d := range deferred {
+		var err error
+		if i < len(prepared) && prepared[i] != nil {
+			_, err = tx.StmtContext(ctx, prepared[i]).ExecContext(ctx, d.Args...)
+		} else {
+			_, err = tx.ExecContext(ctx, d.Query, d.Args...)
+		}
+		if err != nil {
 			return &deferredError{err: err, refused: serverRefused(err)}
 		}
 	}
 	return nil
+}
+
+// maxDeferredStmts bounds the deferred queries a Store keeps prepared:
+// each holds a server-side statement per connection
+// (max_prepared_stmt_count is server-wide), and queries built per request
+// must not fill the cache.
+const maxDeferredStmts = 64
+
+// deferredStmts returns the deferred queries prepared in the store's
+// cache, preparing those it may keep (up to maxDeferredStmts in all); nil
+// for the others, and for any the server refuses to prepare (sent
+// unprepared, it fails in the transaction as before). It runs before the
+// transaction begins: preparing takes a connection of the pool, which a
+// transaction holding one must not wait for.
+func (s *Store) deferredStmts(ctx context.Context, deferred []sqlkit.DeferredStmt) []*sql.Stmt {
+	out := make([]*sql.Stmt, len(deferred))
+	for i, d := range deferred {
+		if out[i] = s.stmts.Prepared(d.Query); out[i] != nil {
+			continue
+		}
+		if s.deferredKept.Add(1) > maxDeferredStmts {
+			s.deferredKept.Add(-1)
+			continue
+		}
+		st, err := s.stmts.Get(ctx, d.Query)
+		if err != nil {
+			s.deferredKept.Add(-1)
+			continue
+		}
+		out[i] = st
+	}
+	return out
 }
 
 // serverRefused reports whether err is the server's answer refusing a
@@ -141,6 +185,7 @@ func (s *Store) deferredTx(ctx context.Context, deferred []sqlkit.DeferredStmt, 
 	if err != nil {
 		return false, err
 	}
+	prepared := s.deferredStmts(ctx, deferred)
 	err = s.withRetry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -155,7 +200,7 @@ func (s *Store) deferredTx(ctx context.Context, deferred []sqlkit.DeferredStmt, 
 			lost = true
 		}
 		if err == nil && !lost {
-			err = runDeferred(ctx, tx, deferred)
+			err = runDeferred(ctx, tx, deferred, prepared)
 		}
 		if err != nil || lost {
 			// A failed rollback closes the connection, which ends the

@@ -127,3 +127,49 @@ func TestQueryCountsReadFirst(t *testing.T) {
 		t.Fatalf("replay: %+v", res)
 	}
 }
+
+// TestQueryCountsDeferred: a complete with a deferred statement, once its
+// statements are prepared on the connection, is BEGIN, the fenced
+// complete, the deferred statement and COMMIT: four round trips, the
+// deferred statement executed as kept prepared rather than prepared,
+// executed and closed again on every run.
+func TestQueryCountsDeferred(t *testing.T) {
+	tr := &commandCounter{}
+	cfg := mysqlstoretest.Database(t, "")
+	cfg.DialFunc = tr.dial
+	db := mysqlstoretest.Open(t, cfg)
+	db.SetMaxOpenConns(1)
+	s := openStore(t, db)
+	ledgerTable(t, db)
+	for _, k := range []string{"warm", "k1", "k2"} {
+		hctx, f := handlerCtx(t, s, claimReq(k, time.Minute))
+		if err := deferRow(hctx, k); err != nil {
+			t.Fatal(err)
+		}
+		tr.reset()
+		if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 201}); err != nil {
+			t.Fatalf("complete %s: %v", k, err)
+		}
+		if n, by := tr.roundTrips(); k != "warm" && n != 4 {
+			t.Errorf("complete with a deferred row (%s): %d round trips (%s), want 4", k, n, by)
+		}
+	}
+	// Past maxDeferredStmts kept, a new query is sent as database/sql
+	// sends it: prepared, executed and closed.
+	s.deferredKept.Store(maxDeferredStmts)
+	hctx, f := handlerCtx(t, s, claimReq("k3", time.Minute))
+	l, _ := storekit.LeaseFromContext(hctx)
+	if err := Defer(hctx, "INSERT INTO ledger (owner, k) VALUES (?, ?)", l.Fence().Token, "k3"); err != nil {
+		t.Fatal(err)
+	}
+	tr.reset()
+	if err := s.Complete(hctx, f, storekit.StoredResponse{Status: 201}); err != nil {
+		t.Fatalf("complete k3: %v", err)
+	}
+	if n, by := tr.roundTrips(); n != 5 {
+		t.Errorf("complete with a deferred query past the bound: %d round trips (%s), want 5", n, by)
+	}
+	if got := ledgerOwners(t, db); len(got) != 4 {
+		t.Errorf("ledger = %v, want a row per key", got)
+	}
+}

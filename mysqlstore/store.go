@@ -35,6 +35,9 @@ type Store struct {
 	// WithTxPool its own cache on that pool (database/sql runs a statement
 	// in a transaction only if it was prepared on the transaction's pool).
 	txStmts *sqlkit.StmtCache
+	// deferredKept counts the deferred queries kept prepared in stmts
+	// (deferredStmts).
+	deferredKept atomic.Int64
 
 	// schemaVersion is the highest migration this binary ships; schemaOK is
 	// set once the database has it (checkSchema), galera once the server

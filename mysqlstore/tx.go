@@ -283,7 +283,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *sql.Tx, marked bool, f sto
 		}
 	}
 	if err == nil {
-		err = runDeferred(ctx, tx, deferred)
+		err = runDeferred(ctx, tx, deferred, nil)
 	}
 	if err != nil {
 		_ = tx.Rollback()
