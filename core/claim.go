@@ -89,7 +89,6 @@ func (e *Engine) own(ctx context.Context, d *Decision, rec *storekit.Record, fre
 		born: rec.CreatedAt, fp: rec.Fingerprint}}
 	d.lease = &d.own.lease
 	d.lease.lose = d.loseLease
-	d.lease.kept = d.kept
 	d.startHeartbeat(sent)
 	kind := EventClaim
 	if m, ok := rerun.From(ctx); ok {

@@ -53,8 +53,13 @@ func (e *Engine) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if read {
 		d.Body = body
 	}
-	d.kept = e.keepRequest(ctx, &req, method, claimRoute, body, key)
-	return e.claim(ctx, d, claim)
+	d, err := e.claim(ctx, d, claim)
+	if d != nil && d.lease != nil {
+		// Kept only once claimed: a replay, a conflict or a refusal never
+		// needs it.
+		d.lease.kept = e.keepRequest(ctx, &req, method, claimRoute, body, key)
+	}
+	return d, err
 }
 
 // admit runs the checks that need no body and no store: the method, a

@@ -30,7 +30,6 @@ type Decision struct {
 	Scope string
 
 	eng   *Engine
-	kept  []byte // the request kept for a completer (rerun.Encode), if its route asks
 	lease *grant // &own.lease for Proceed, else nil
 	route string
 	own   *owner // Proceed only: replays and rejects stay one small allocation

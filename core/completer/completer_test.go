@@ -442,3 +442,19 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	_, err := completer.New(eng, completer.HTTP("POST", "/x", h), nil)
 	assert.NoError(t, err, "a nil option is ignored")
 }
+
+// TestReplayKeepsNoRequest: a route kept for a completer costs a replay
+// nothing more: the request is encoded only once the key is claimed.
+func TestReplayKeepsNoRequest(t *testing.T) {
+	allocs := func(kept bool) float64 {
+		eng := newEngine(t, memstore.New())
+		p := &payments{}
+		app := p.instance(t, eng, nil)
+		if kept {
+			newCompleter(t, eng, completer.HTTP(http.MethodPost, "/v1/payments", app, userHeader...))
+		}
+		require.Equal(t, http.StatusCreated, post(app, "u", "k", `{"amount":42}`).Code)
+		return testing.AllocsPerRun(50, func() { post(app, "u", "k", `{"amount":42}`) })
+	}
+	assert.Equal(t, allocs(false), allocs(true), "allocations of a replay, route not kept vs kept")
+}
