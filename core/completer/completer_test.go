@@ -456,5 +456,8 @@ func TestReplayKeepsNoRequest(t *testing.T) {
 		require.Equal(t, http.StatusCreated, post(app, "u", "k", `{"amount":42}`).Code)
 		return testing.AllocsPerRun(50, func() { post(app, "u", "k", `{"amount":42}`) })
 	}
-	assert.Equal(t, allocs(false), allocs(true), "allocations of a replay, route not kept vs kept")
+	// Encoding the request costs a dozen allocations; other tests'
+	// goroutines may add one or two to either count.
+	plain, kept := allocs(false), allocs(true)
+	assert.Less(t, kept-plain, 4.0, "allocations of a replay: %v on a kept route, %v on another", kept, plain)
 }
