@@ -12,12 +12,14 @@ import (
 
 // CPU accounting per measured round (Linux /proc; elsewhere the columns
 // stay empty): the server process's CPU (every thread's
-// /proc/<pid>/task/<tid>/schedstat, nanoseconds) and the CPU of its
-// PostgreSQL backends, found by the application_name withParams gives each
-// server's pool (a backend is one single-threaded process: its
-// /proc/<pid>/schedstat). CPU time is what other load on a shared machine
-// disturbs least, which makes it the number to compare before and after a
-// change.
+// /proc/<pid>/task/<tid>/schedstat, nanoseconds) and the database's: on
+// PostgreSQL the CPU of the server's backends, found by the
+// application_name withParams gives each server's pool (a backend is one
+// single-threaded process: its /proc/<pid>/schedstat); on a local MySQL or
+// MariaDB the whole mysqld process's, background threads (purge, flushing)
+// included, since one server is driven at a time. CPU time is what other
+// load on a shared machine disturbs least, which makes it the number to
+// compare before and after a change.
 
 // procCPU returns the CPU time of every thread of pid, in nanoseconds.
 func procCPU(pid int) (int64, bool) {
@@ -68,16 +70,49 @@ func backendsCPU(ctx context.Context, conn *pgx.Conn, app string) (map[int]int64
 type cpuSnap struct {
 	server   int64
 	serverOK bool
-	pg       map[int]int64 // nil: not measured
+	pg       map[int]int64 // the database's, by pid; nil: not measured
 }
 
 func (w *roomWaiter) snap(ctx context.Context, s *server) cpuSnap {
 	var c cpuSnap
 	c.server, c.serverOK = procCPU(s.c.cmd.Process.Pid)
-	if w != nil && s.app != "" {
+	switch {
+	case w == nil:
+	case w.conn != nil && s.app != "":
 		c.pg, _ = backendsCPU(ctx, w.conn, s.app)
+	case w.dbPID > 0:
+		if ns, ok := procCPU(w.dbPID); ok {
+			c.pg = map[int]int64{w.dbPID: ns}
+		}
 	}
 	return c
+}
+
+// mysqldPID returns the pid of the MySQL or MariaDB server dsn names when
+// it runs on this host (its pid file is readable and names a live
+// process), else 0.
+func mysqldPID(ctx context.Context, dsn string) int {
+	db, _, err := openMySQL(dsn)
+	if err != nil {
+		return 0
+	}
+	defer db.Close()
+	var file string
+	if err := db.QueryRowContext(ctx, "SELECT @@pid_file").Scan(&file); err != nil {
+		return 0
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	if err != nil {
+		return 0
+	}
+	if _, ok := procCPU(pid); !ok {
+		return 0
+	}
+	return pid
 }
 
 // cpuDelta is the CPU used between a and b: the server's, and its backends'

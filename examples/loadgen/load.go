@@ -465,7 +465,7 @@ func report(w io.Writer, cfg config, rs []result) {
 		}
 		return fmt.Sprintf("%.2f×", r.throughput()/b)
 	}
-	fmt.Fprintln(w, "| server | logging | pool | dup % | req/s | per round | vs baseline | vs article | vs idem | p50 ms | p99 ms | mean ms | server µs/req | PostgreSQL µs/req | 201 new | 201 replayed | 409 | other |")
+	fmt.Fprintln(w, "| server | logging | pool | dup % | req/s | per round | vs baseline | vs article | vs idem | p50 ms | p99 ms | mean ms | server µs/req | database µs/req | 201 new | 201 replayed | 409 | other |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		var per []string

@@ -16,14 +16,22 @@ import (
 // (100), and the driven server then answers "too many clients" as 500/503.
 // Before each server is driven, wait (unmeasured) until the database has room
 // for its whole pool.
+//
+// On MySQL it only names the server process whose CPU is measured (cpu.go).
 type roomWaiter struct {
-	conn *pgx.Conn
-	max  int
+	conn  *pgx.Conn
+	max   int
+	dbPID int // MySQL/MariaDB: the local mysqld's pid, 0 if not found
 }
 
 func newRoomWaiter(ctx context.Context, dsn string) (*roomWaiter, error) {
-	if isMySQL(dsn) || isSQLite(dsn) {
-		return nil, nil // not checked on MySQL (its pools are polled by database/sql and its default max_connections is 151), nor SQLite (no server)
+	if isMySQL(dsn) {
+		// Room is not checked on MySQL (its pools are polled by
+		// database/sql and its default max_connections is 151).
+		return &roomWaiter{dbPID: mysqldPID(ctx, dsn)}, nil
+	}
+	if isSQLite(dsn) {
+		return nil, nil // no server
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -40,7 +48,7 @@ func newRoomWaiter(ctx context.Context, dsn string) (*roomWaiter, error) {
 // wait returns once pool more connections fit, or after 10 s (then the run
 // goes on, and errors, if any, show in the report's "other" column).
 func (w *roomWaiter) wait(ctx context.Context, pool int) error {
-	if w == nil {
+	if w == nil || w.conn == nil {
 		return nil
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -61,7 +69,7 @@ func (w *roomWaiter) wait(ctx context.Context, pool int) error {
 }
 
 func (w *roomWaiter) close() {
-	if w != nil {
+	if w != nil && w.conn != nil {
 		_ = w.conn.Close(context.Background())
 	}
 }
