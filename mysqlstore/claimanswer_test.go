@@ -87,6 +87,7 @@ func TestClaimAnswerReadInTx(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
+			procedureFirst(s) // the new key's claim under test is the procedure's
 			reached, hold := hookClaimProc(t, s)
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()

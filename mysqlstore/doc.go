@@ -17,15 +17,19 @@
 // Ownership is decided by the database. Claim is one CALL of a stored
 // procedure that reads the record and, only when the key is claimable,
 // draws a lease token and inserts or takes the record over with
-// INSERT ... ON DUPLICATE KEY UPDATE under the row lock; every write of an
+// INSERT ... ON DUPLICATE KEY UPDATE under the row lock. While most claims
+// are of new keys, a cheaper CALL goes first: a token and a plain INSERT,
+// nothing read; a key that exists rolls it back and takes the procedure
+// (two round trips for a replay then, one again once replays are a
+// quarter of recent claims). Every write of an
 // owner (Heartbeat, Complete, Fail) is one UPDATE fenced by
 // WHERE token = ? AND status = 'processing'. Tokens come from an
 // AUTO_INCREMENT counter, so they are strictly increasing and never reused,
 // even after a record is deleted. Every instant is the server's
 // UTC_TIMESTAMP(6); the application's clock is never compared with it. Keys
 // and scopes are VARBINARY: compared byte for byte ("k", "K" and "k " are
-// three records). One round trip per phase: claim, heartbeat, complete,
-// fail, get (TestQueryCounts asserts it).
+// three records). One round trip per phase but as said for a claim:
+// claim, heartbeat, complete, fail, get (TestQueryCounts asserts it).
 //
 // # Transactional mode
 //

@@ -57,6 +57,10 @@ func TestTakeoverDuringCommit(t *testing.T) {
 	// (opened first: its Migrate would wait for the transaction's
 	// metadata locks).
 	retry := openStore(t, mysqlstoretest.Open(t, cfg), withClockOffset(2*time.Minute))
+	// The takeover under test is the claim procedure's: a new key's insert
+	// tried first would wait on the record's row lock instead (and then
+	// call the procedure, which replays), and show no mark read.
+	procedureFirst(retry)
 	req := claimReq("k", time.Minute)
 	hctx, f := handlerCtx(t, s, req)
 	if err := book(hctx, req.Key, f.Token); err != nil {

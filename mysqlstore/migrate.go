@@ -42,13 +42,14 @@ type migration struct {
 func loadMigrations(c config) ([]migration, error) {
 	n := c.names()
 	data := map[string]string{
-		"Table":       n.table,
-		"Tokens":      n.tokens,
-		"ClaimProc":   n.claimProc1,
-		"ClaimProcV2": n.claimProc2,
-		"ClaimProcV3": n.claimProc,
-		"ExpiresIdx":  n.expiresIdx,
-		"TxMarks":     n.txMarks,
+		"Table":        n.table,
+		"Tokens":       n.tokens,
+		"ClaimProc":    n.claimProc1,
+		"ClaimProcV2":  n.claimProc2,
+		"ClaimProcV3":  n.claimProc,
+		"ClaimNewProc": n.claimNew,
+		"ExpiresIdx":   n.expiresIdx,
+		"TxMarks":      n.txMarks,
 	}
 	files, err := sqlkit.LoadMigrations(migrationFS, data, "migrations")
 	if err != nil {

@@ -28,8 +28,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM idem_schema_migrations WHERE table_name = 'idem_records'").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 6 {
-		t.Errorf("%d migrations recorded, want 6", n)
+	if n != 7 {
+		t.Errorf("%d migrations recorded, want 7", n)
 	}
 	// Again: nothing to do.
 	if err := Migrate(t.Context(), db); err != nil {

@@ -66,7 +66,7 @@ func newConfig(opts []Option) (config, error) {
 // WithTable sets the name of the records table, and the prefix of every
 // object derived from it: the token table (<table>_tokens), the commit
 // marks of Tx (<table>_txmarks), the claim procedures (<table>_claim_v1,
-// _v2, _v3) and the expiry index. At most 40 bytes of letters, digits and
+// _v2, _v3, _new) and the expiry index. At most 40 bytes of letters, digits and
 // underscores, not starting with a digit. The tables live in the
 // connection's current database (the DSN's /dbname); MySQL has no separate
 // schema level.
@@ -166,6 +166,7 @@ type names struct {
 	table      string // `idem_records`
 	tokens     string // `idem_records_tokens`
 	claimProc  string // `idem_records_claim_v3` (migration 0006)
+	claimNew   string // `idem_records_claim_new` (migration 0007)
 	claimProc2 string // `idem_records_claim_v2` (migration 0003; previous binaries)
 	claimProc1 string // `idem_records_claim_v1` (migration 0002; previous binaries)
 	expiresIdx string // `idem_records_expires_idx`
@@ -180,6 +181,7 @@ func (c config) names() names {
 		table:      quote(c.Table),
 		tokens:     quote(c.Table + "_tokens"),
 		claimProc:  quote(c.Table + "_claim_v3"),
+		claimNew:   quote(c.Table + "_claim_new"),
 		claimProc2: quote(c.Table + "_claim_v2"),
 		claimProc1: quote(c.Table + "_claim_v1"),
 		expiresIdx: quote(c.Table + "_expires_idx"),

@@ -173,3 +173,84 @@ func TestQueryCountsDeferred(t *testing.T) {
 		t.Errorf("ledger = %v, want a row per key", got)
 	}
 }
+
+// TestQueryCountsInsertFirst: a new key is one CALL of its cheap claim
+// (migration 0007), an existing key then a second CALL, of the claim
+// procedure; in a retry storm (a quarter of recent claims finding their
+// key) the store calls the procedure directly, one round trip per replay,
+// until new keys dominate again.
+func TestQueryCountsInsertFirst(t *testing.T) {
+	tr := &commandCounter{}
+	cfg := mysqlstoretest.Database(t, "")
+	cfg.DialFunc = tr.dial
+	db := mysqlstoretest.Open(t, cfg)
+	db.SetMaxOpenConns(1)
+	s := openStore(t, db)
+	ctx := t.Context()
+	for _, k := range []string{"warm", "warm"} { // schema check, both CALLs prepared
+		if _, err := s.Claim(ctx, claimReq(k, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
+		t.Helper()
+		tr.reset()
+		res, err := fn()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n, by := tr.roundTrips(); n != want {
+			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
+		}
+		return res
+	}
+	req := claimReq("k", time.Minute)
+	res := count("claim (new key)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+	if !res.Claimed || !res.Fresh || res.Record.Status != storekit.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
+		t.Fatalf("new key: %+v", res)
+	}
+	// The answer is the record as stored.
+	if got, err := s.Inspect(ctx, req.Scope, req.Key); err != nil || got.Token != res.Record.Token ||
+		!got.LockedUntil.Equal(res.Record.LockedUntil) || !got.CreatedAt.Equal(res.Record.CreatedAt) || !got.ExpiresAt.Equal(res.Record.ExpiresAt) {
+		t.Fatalf("new key's answer %+v, stored %+v (%v)", res.Record, got, err)
+	}
+	if err := s.Complete(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: res.Record.Token}, storekit.StoredResponse{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	n := 1
+	for ; n < 100 && s.mix.InsertFirst(); n++ {
+		res = count("claim (replay, insert first)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+		if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
+			t.Fatalf("replay: %+v", res)
+		}
+	}
+	if s.mix.InsertFirst() {
+		t.Fatalf("still inserting first after %d replays in a row", n)
+	}
+	if n < 5 {
+		t.Errorf("switched after %d replays: one retry should not flip the strategy", n)
+	}
+	for range 3 {
+		res = count("claim (replay, procedure first)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+		if res.Claimed || res.Record.Status != storekit.StatusCompleted {
+			t.Fatalf("replay, procedure first: %+v", res)
+		}
+	}
+	for i := 0; !s.mix.InsertFirst(); i++ {
+		if i == 100 {
+			t.Fatal("still calling the procedure first after 100 new keys")
+		}
+		res := count("claim (new key, procedure first)", 1, func() (storekit.ClaimResult, error) {
+			return s.Claim(ctx, claimReq(fmt.Sprintf("new-%d", i), time.Minute))
+		})
+		if !res.Claimed || !res.Fresh {
+			t.Fatalf("new key, procedure first: %+v", res)
+		}
+	}
+	res = count("claim (new key, inserting first again)", 1, func() (storekit.ClaimResult, error) {
+		return s.Claim(ctx, claimReq("after-the-storm", time.Minute))
+	})
+	if !res.Claimed || !res.Fresh {
+		t.Fatalf("new key after the storm: %+v", res)
+	}
+}

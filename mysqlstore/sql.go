@@ -11,6 +11,7 @@ import (
 // (COM_STMT_EXECUTE).
 type statements struct {
 	claim     string // CALL of the claim procedure (migration 0006)
+	claimNew  string // CALL of the new key's claim (migration 0007)
 	heartbeat string
 	complete  string
 	fail      string
@@ -70,6 +71,7 @@ func buildStatements(c config) statements {
 	now := c.clock()
 	var s statements
 	s.claim = "CALL " + n.claimProc + "(?, ?, ?, ?, ?, ?, ?, ?)"
+	s.claimNew = "CALL " + n.claimNew + "(?, ?, ?, ?, ?, ?, ?, ?)"
 	s.get = "SELECT method, route, fingerprint, status, token, " +
 		us("locked_until") + ", " + us("created_at") + ", " + us("expires_at") + ",\n" +
 		"       resp_status, resp_header, resp_body, resp_not_retained, FALSE, " + us("{{NOW}}") + "\n" +

@@ -48,6 +48,9 @@ type Store struct {
 	// forceCausal sends the causal-read prefix even without Galera (tests:
 	// the prefixed statements must work on plain MariaDB too).
 	forceCausal bool
+	// mix: how often claims find their key existing; the new key's claim
+	// (claimNew) goes first while that is rare.
+	mix storekit.ClaimMix
 }
 
 var _ core.Store = (*Store)(nil)
@@ -202,7 +205,10 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements core.Store: one CALL of the claim procedure (migration
+// Claim implements core.Store. While most claims are of new keys
+// (storekit.ClaimMix), first one CALL of the new key's claim (migration
+// 0007): a token and an insert, nothing read; when the key exists, and
+// always once most keys do, one CALL of the claim procedure (migration
 // 0006), which reads, and only when the key is claimable draws a token,
 // upserts and reads its answer in the same transaction. A deadlock or Galera certification conflict (1213) is retried:
 // the retry reads the winner's record, so the loser answers like any
@@ -240,6 +246,39 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			return res, nil
 		}
 	}
+	insertFirst := !s.cfg.readFirst && s.mix.InsertFirst()
+	if insertFirst {
+		var (
+			res     storekit.ClaimResult
+			created bool
+		)
+		err := s.withRetry(ctx, func() error {
+			var err error
+			res, created, err = s.claimNew(ctx, &req)
+			return err
+		})
+		if err != nil {
+			return storekit.ClaimResult{}, wrap(ctx, op, err)
+		}
+		s.mix.Observe(!created)
+		if created {
+			return res, nil
+		}
+		// The key exists: the claim procedure decides, as always.
+	}
+	res, err := s.claim(ctx, &req)
+	if err != nil {
+		return storekit.ClaimResult{}, wrap(ctx, op, err)
+	}
+	if !insertFirst && !s.cfg.readFirst {
+		s.mix.Observe(!res.Fresh) // a key recreated past its expiry counts as new
+	}
+	return res, nil
+}
+
+// claim runs the claim procedure (migration 0006) until its answer is
+// final (see Claim).
+func (s *Store) claim(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	var (
 		res   storekit.ClaimResult
 		found bool
@@ -247,22 +286,63 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	for race := 0; ; race++ {
 		err := s.withRetry(ctx, func() error {
 			var err error
-			res, found, err = s.claimOnce(ctx, &req)
+			res, found, err = s.claimOnce(ctx, req)
 			return err
 		})
 		if err != nil {
-			return storekit.ClaimResult{}, wrap(ctx, op, err)
+			return storekit.ClaimResult{}, err
 		}
-		if found && (res.Claimed || !sqlkit.Claimable(&res.Record, res.Now, &req)) {
+		if found && (res.Claimed || !sqlkit.Claimable(&res.Record, res.Now, req)) {
 			return res, nil
 		}
 		if race >= raceRetries {
 			if found {
 				return res, nil // a record that keeps changing: answer it as it stands
 			}
-			return storekit.ClaimResult{}, fmt.Errorf("mysqlstore: claim: the record kept vanishing between read and write (%d attempts)", race+1)
+			return storekit.ClaimResult{}, fmt.Errorf("the record kept vanishing between read and write (%d attempts)", race+1)
 		}
 	}
+}
+
+// claimNew creates req's record if its key does not exist (migration
+// 0007): created reports whether it did; if not, nothing was written.
+func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (res storekit.ClaimResult, created bool, err error) {
+	st, err := s.stmt(ctx, s.sql.claimNew)
+	if err != nil {
+		return storekit.ClaimResult{}, false, err
+	}
+	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+		micros(req.Lease), micros(req.Retention), micros(s.cfg.ClockOffset))
+	if err != nil {
+		return storekit.ClaimResult{}, false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return storekit.ClaimResult{}, false, err
+		}
+		return storekit.ClaimResult{}, false, rows.Close()
+	}
+	var token, now int64
+	if err := rows.Scan(&token, &now); err != nil {
+		return storekit.ClaimResult{}, false, err
+	}
+	// Drain the CALL's trailing status result before the connection is reused.
+	if err := rows.Close(); err != nil {
+		return storekit.ClaimResult{}, false, err
+	}
+	// What the procedure wrote, at its clock (DATETIME(6) arithmetic on
+	// whole microseconds, as here).
+	at := fromMicros(now)
+	res.Claimed, res.Fresh, res.Now = true, true, at
+	res.Record = storekit.Record{
+		Scope: req.Scope, Key: req.Key, Method: req.Method, Route: req.Route, Fingerprint: req.Fingerprint,
+		Status: storekit.StatusProcessing, Token: token,
+		LockedUntil: at.Add(time.Duration(micros(req.Lease)) * time.Microsecond),
+		CreatedAt:   at,
+		ExpiresAt:   at.Add(time.Duration(micros(req.Retention)) * time.Microsecond),
+	}
+	return res, true, nil
 }
 
 func (s *Store) claimOnce(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {

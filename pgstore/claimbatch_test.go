@@ -124,7 +124,7 @@ func TestClaimBatchCalls(t *testing.T) {
 				end("done", false)
 				failedTok := end("failed", true)
 				end("mismatch", true)
-				s.mix.existing.Store(mixOne) // a retry storm: the function first
+				setMix(&s.mix, true) // a retry storm: the function first
 
 				keys := []string{"n2", "mismatch", "twin", "done", "failed", "n1", "twin"}
 				ctxOf := func(i int) context.Context { return ctx }
@@ -192,9 +192,9 @@ func TestClaimBatchIsolation(t *testing.T) {
 	keys := []string{"a1", "bad\x00key", "a2"}
 	results := batchRound(t, s, tr, &s.inserts, insertsMarker, keys, nil)
 	// The same through the function's calls (called first in a storm).
-	s.mix.existing.Store(mixOne)
+	setMix(&s.mix, true)
 	calls := batchRound(t, s, tr, &s.calls, callsMarker, []string{"f1", "bad\x00key", "f2"}, nil)
-	s.mix.existing.Store(0)
+	setMix(&s.mix, false)
 	for i, r := range calls {
 		if i == 1 {
 			if r.err == nil {
@@ -387,5 +387,13 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 10s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// setMix makes m's estimate all existing keys (a retry storm: the claim
+// function first) or all new ones (the insert first).
+func setMix(m *storekit.ClaimMix, existing bool) {
+	for range 300 {
+		m.Observe(existing)
 	}
 }

@@ -141,10 +141,10 @@ func TestQueryCountsOptimisticClaim(t *testing.T) {
 	// A retry storm: once a quarter of recent claims find their key, the
 	// store calls the claim function directly (one statement per replay)...
 	n := 1
-	for ; n < 100 && s.mix.insertFirst(); n++ {
+	for ; n < 100 && s.mix.InsertFirst(); n++ {
 		count("claim (replay in a storm)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	}
-	if s.mix.insertFirst() {
+	if s.mix.InsertFirst() {
 		t.Fatalf("still inserting first after %d replays in a row", n)
 	}
 	if n < 5 {
@@ -157,7 +157,7 @@ func TestQueryCountsOptimisticClaim(t *testing.T) {
 		}
 	}
 	// ...and goes back to the bare insert when new keys dominate again.
-	for i := 0; !s.mix.insertFirst(); i++ {
+	for i := 0; !s.mix.InsertFirst(); i++ {
 		if i == 100 {
 			t.Fatal("still calling the function first after 100 new keys")
 		}

@@ -41,8 +41,8 @@ type Store struct {
 	asyncSessions atomic.Bool
 
 	// mix: with WithInsertFirst, how often claims find their key existing
-	// (claimmix.go).
-	mix claimMix
+	// (the insert first below a quarter).
+	mix storekit.ClaimMix
 	// Unless WithoutBatching (batch.go), the statements of concurrent
 	// requests, gathered: the bare inserts and the claim function's calls
 	// (claimbatch.go), the steps and the completes of requests without a
@@ -237,10 +237,10 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	if !s.cfg.optimisticClaim {
 		return s.claimFnBatched(ctx, req)
 	}
-	if !s.mix.insertFirst() {
+	if !s.mix.InsertFirst() {
 		cr, err := s.claimFnBatched(ctx, req)
 		if err == nil {
-			s.mix.observe(!cr.fresh())
+			s.mix.Observe(!cr.fresh())
 		}
 		return cr, err
 	}
@@ -248,7 +248,7 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	if err != nil {
 		return cr, err
 	}
-	s.mix.observe(!inserted)
+	s.mix.Observe(!inserted)
 	if inserted {
 		return cr, nil
 	}

@@ -1,0 +1,39 @@
+package storekit
+
+import "sync/atomic"
+
+// ClaimMix is for a store whose claim of a new key has a cheaper form than
+// its general claim (a bare insert tried first, as pgstore's
+// WithInsertFirst and mysqlstore's claim do): an estimate of the share of
+// recent claims that found their key existing (replays, in-flight
+// duplicates, takeovers), an exponentially weighted average over about the
+// last 32 claims. While that share is under a quarter, InsertFirst says to
+// try the cheap form first; above it the cheap form would mostly find the
+// key and cost a second statement, so the store claims the general way
+// until the share falls back (a retry storm passes). Every claim, either
+// way, reports what it found with Observe. The zero value is ready (insert
+// first); safe for concurrent use.
+type ClaimMix struct{ existing atomic.Int64 }
+
+const (
+	mixOne    = 1 << 16 // 100 %, in fixed point
+	mixShift  = 5       // weight 1/32 per claim
+	mixSwitch = mixOne / 4
+)
+
+// InsertFirst reports whether the next claim should try the cheap form.
+func (m *ClaimMix) InsertFirst() bool { return m.existing.Load() < mixSwitch }
+
+// Observe records whether a claim found its key existing.
+func (m *ClaimMix) Observe(existed bool) {
+	var x int64
+	if existed {
+		x = mixOne
+	}
+	for {
+		v := m.existing.Load()
+		if m.existing.CompareAndSwap(v, v+(x-v)>>mixShift) {
+			return
+		}
+	}
+}
