@@ -134,16 +134,18 @@ func TestSchemaMySQL(t *testing.T) {
 		t.Fatalf("Migrate after the printed schema: %v", err)
 	}
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_schema_migrations").Scan(&n); err != nil || n != 6 {
-		t.Errorf("migrations recorded: %d %v, want 6", n, err)
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_schema_migrations").Scan(&n); err != nil || n != 7 {
+		t.Errorf("migrations recorded: %d %v, want 7", n, err)
 	}
-	// The procedure kept the sql_mode the script set, not the session's default.
-	var mode string
-	if err := db.QueryRowContext(ctx, "SELECT sql_mode FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = 'payments_idem_claim_v3'").Scan(&mode); err != nil {
-		t.Fatalf("claim procedure: %v", err)
-	}
-	if mode != "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION" {
-		t.Errorf("claim procedure sql_mode %q, want Migrate's", mode)
+	// The procedures kept the sql_mode the script set, not the session's default.
+	for _, proc := range []string{"payments_idem_claim_v3", "payments_idem_claim_new"} {
+		var mode string
+		if err := db.QueryRowContext(ctx, "SELECT sql_mode FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ?", proc).Scan(&mode); err != nil {
+			t.Fatalf("claim procedure %s: %v", proc, err)
+		}
+		if mode != "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION" {
+			t.Errorf("claim procedure %s: sql_mode %q, want Migrate's", proc, mode)
+		}
 	}
 	c := ctl{t: t, db: []string{"-mysql", cfg.FormatDSN(), "-table", "payments_idem"}}
 	if r := c.run("stats"); r.code != exitOK {
