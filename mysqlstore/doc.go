@@ -20,8 +20,8 @@
 // INSERT ... ON DUPLICATE KEY UPDATE under the row lock. While most claims
 // are of new keys, a cheaper CALL goes first: a token and a plain INSERT,
 // nothing read; a key that exists rolls it back and takes the procedure
-// (two round trips for a replay then, one again once replays are a
-// quarter of recent claims). Every write of an
+// (two round trips for a replay then, one again once replays are
+// half of recent claims). Every write of an
 // owner (Heartbeat, Complete, Fail) is one UPDATE fenced by
 // WHERE token = ? AND status = 'processing'. Tokens come from an
 // AUTO_INCREMENT counter, so they are strictly increasing and never reused,

@@ -176,7 +176,7 @@ func TestQueryCountsDeferred(t *testing.T) {
 
 // TestQueryCountsInsertFirst: a new key is one CALL of its cheap claim
 // (migration 0007), an existing key then a second CALL, of the claim
-// procedure; in a retry storm (a quarter of recent claims finding their
+// procedure; in a retry storm (half of recent claims finding their
 // key) the store calls the procedure directly, one round trip per replay,
 // until new keys dominate again.
 func TestQueryCountsInsertFirst(t *testing.T) {

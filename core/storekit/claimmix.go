@@ -7,22 +7,35 @@ import "sync/atomic"
 // WithInsertFirst and mysqlstore's claim do): an estimate of the share of
 // recent claims that found their key existing (replays, in-flight
 // duplicates, takeovers), an exponentially weighted average over about the
-// last 32 claims. While that share is under a quarter, InsertFirst says to
-// try the cheap form first; above it the cheap form would mostly find the
-// key and cost a second statement, so the store claims the general way
+// last 32 claims. While that share is under Switch, InsertFirst says to
+// try the cheap form first; above it the cheap form would too often find
+// the key and cost a second statement, so the store claims the general way
 // until the share falls back (a retry storm passes). Every claim, either
 // way, reports what it found with Observe. The zero value is ready (insert
 // first); safe for concurrent use.
-type ClaimMix struct{ existing atomic.Int64 }
+type ClaimMix struct {
+	// Switch is the share of existing keys, between 0 and 1, from which
+	// the general claim goes first: where the cheap form plus, for that
+	// share, the general claim costs more than the general claim alone
+	// (measure both). Zero means a quarter.
+	Switch float64
+
+	existing atomic.Int64
+}
 
 const (
-	mixOne    = 1 << 16 // 100 %, in fixed point
-	mixShift  = 5       // weight 1/32 per claim
-	mixSwitch = mixOne / 4
+	mixOne   = 1 << 16 // 100 %, in fixed point
+	mixShift = 5       // weight 1/32 per claim
 )
 
 // InsertFirst reports whether the next claim should try the cheap form.
-func (m *ClaimMix) InsertFirst() bool { return m.existing.Load() < mixSwitch }
+func (m *ClaimMix) InsertFirst() bool {
+	limit := int64(m.Switch * mixOne)
+	if limit <= 0 {
+		limit = mixOne / 4
+	}
+	return m.existing.Load() < limit
+}
 
 // Observe records whether a claim found its key existing.
 func (m *ClaimMix) Observe(existed bool) {
