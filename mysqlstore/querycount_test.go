@@ -101,18 +101,7 @@ func TestQueryCountsReadFirst(t *testing.T) {
 	if _, err := s.Claim(ctx, warm); err != nil { // schema check, preparations
 		t.Fatal(err)
 	}
-	count := func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
-		t.Helper()
-		tr.reset()
-		res, err := fn()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if n, by := tr.roundTrips(); n != want {
-			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
-		}
-		return res
-	}
+	count := tr.claims(t)
 	req := claimReq("k", time.Minute)
 	res := count("claim (new key)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	if !res.Claimed || !res.Fresh {
@@ -192,18 +181,7 @@ func TestQueryCountsInsertFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	count := func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
-		t.Helper()
-		tr.reset()
-		res, err := fn()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if n, by := tr.roundTrips(); n != want {
-			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
-		}
-		return res
-	}
+	count := tr.claims(t)
 	req := claimReq("k", time.Minute)
 	res := count("claim (new key)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	if !res.Claimed || !res.Fresh || res.Record.Status != storekit.StatusProcessing || res.Record.Fingerprint != req.Fingerprint {
@@ -252,5 +230,22 @@ func TestQueryCountsInsertFirst(t *testing.T) {
 	})
 	if !res.Claimed || !res.Fresh {
 		t.Fatalf("new key after the storm: %+v", res)
+	}
+}
+
+// claims returns a function that runs a claim and fails t unless it cost
+// want round trips.
+func (c *commandCounter) claims(t *testing.T) func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
+	return func(name string, want int, fn func() (storekit.ClaimResult, error)) storekit.ClaimResult {
+		t.Helper()
+		c.reset()
+		res, err := fn()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n, by := c.roundTrips(); n != want {
+			t.Errorf("%s: %d round trips (%s), want %d", name, n, by, want)
+		}
+		return res
 	}
 }

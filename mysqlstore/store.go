@@ -234,15 +234,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	}
 	if s.cfg.readFirst {
 		// WithReadFirst: a record that is not claimable is the answer.
-		var (
-			res   storekit.ClaimResult
-			found bool
-		)
-		err := s.withRetry(ctx, func() error {
-			var err error
-			res, found, err = s.read(ctx, &req)
-			return err
-		})
+		res, found, err := s.retried(ctx, &req, s.read)
 		if err != nil {
 			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
@@ -252,15 +244,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	}
 	insertFirst := !s.cfg.readFirst && s.mix.InsertFirst()
 	if insertFirst {
-		var (
-			res     storekit.ClaimResult
-			created bool
-		)
-		err := s.withRetry(ctx, func() error {
-			var err error
-			res, created, err = s.claimNew(ctx, &req)
-			return err
-		})
+		res, created, err := s.retried(ctx, &req, s.claimNew)
 		if err != nil {
 			return storekit.ClaimResult{}, wrap(ctx, op, err)
 		}
@@ -283,16 +267,8 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 // claim runs the claim procedure (migration 0006) until its answer is
 // final (see Claim).
 func (s *Store) claim(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	var (
-		res   storekit.ClaimResult
-		found bool
-	)
 	for race := 0; ; race++ {
-		err := s.withRetry(ctx, func() error {
-			var err error
-			res, found, err = s.claimOnce(ctx, req)
-			return err
-		})
+		res, found, err := s.retried(ctx, req, s.claimOnce)
 		if err != nil {
 			return storekit.ClaimResult{}, err
 		}
@@ -306,6 +282,18 @@ func (s *Store) claim(ctx context.Context, req *storekit.ClaimRequest) (storekit
 			return storekit.ClaimResult{}, fmt.Errorf("the record kept vanishing between read and write (%d attempts)", race+1)
 		}
 	}
+}
+
+// retried runs one of the claim's statements (read, claimNew, claimOnce),
+// again after a deadlock or certification conflict (withRetry).
+func (s *Store) retried(ctx context.Context, req *storekit.ClaimRequest,
+	run func(context.Context, *storekit.ClaimRequest) (storekit.ClaimResult, bool, error),
+) (res storekit.ClaimResult, ok bool, err error) {
+	err = s.withRetry(ctx, func() error {
+		res, ok, err = run(ctx, req)
+		return err
+	})
+	return res, ok, err
 }
 
 // claimNew creates req's record if its key does not exist (migration
