@@ -12,10 +12,20 @@ import "github.com/jackc/pgx/v5"
 // locks in one order and cannot deadlock, with each other or with a claim
 // batch (claimbatch.go).
 //
-// A step whose fence matches nothing answers ErrLeaseLost without failing
-// the others; anything that fails the pipeline (a complete's fence, a
+// On a CPU-bound database a transaction's cost is mostly per round trip
+// and per commit, not per statement (BENCHMARKS.md §3, scripts/pgfloor.sh),
+// so n writes in one transaction cost far less than n. A request's writes
+// and its response still commit together or not at all; the writes of one
+// pipeline commit together, or roll back together. A step whose fence
+// matches nothing answers ErrLeaseLost without failing the others;
+// anything that fails the pipeline (a complete's fence, which raises, a
 // deferred statement's constraint) sends each of its writes again alone,
-// so one request's error is never another's.
+// so one request's error is never another's. That is safe even when the
+// failure hid a commit (the connection died after it): a step saved again
+// writes the same row, and each request's deferred statements travel with
+// its fenced complete, which then matches nothing (the record is
+// completed) and rolls them back, so nothing runs twice; that request is
+// answered ErrLeaseLost, and a retry replays the stored response.
 type writeBatch = batcher[pendingWrite]
 
 // pendingWrite is a step (*pendingStep) or a complete (*pendingComplete).
