@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"sort"
@@ -90,12 +91,7 @@ func (cc *countingConn) Write(p []byte) (int, error) {
 // duplicate costs one round trip (the SELECT), a new key two (the SELECT
 // that finds nothing, then the CALL).
 func TestQueryCountsReadFirst(t *testing.T) {
-	tr := &commandCounter{}
-	cfg := mysqlstoretest.Database(t, "")
-	cfg.DialFunc = tr.dial
-	db := mysqlstoretest.Open(t, cfg)
-	db.SetMaxOpenConns(1)
-	s := openStore(t, db, WithReadFirst())
+	s, _, tr := countedStore(t, WithReadFirst())
 	ctx := t.Context()
 	warm := claimReq("warm", time.Minute)
 	if _, err := s.Claim(ctx, warm); err != nil { // schema check, preparations
@@ -123,12 +119,7 @@ func TestQueryCountsReadFirst(t *testing.T) {
 // deferred statement executed as kept prepared rather than prepared,
 // executed and closed again on every run.
 func TestQueryCountsDeferred(t *testing.T) {
-	tr := &commandCounter{}
-	cfg := mysqlstoretest.Database(t, "")
-	cfg.DialFunc = tr.dial
-	db := mysqlstoretest.Open(t, cfg)
-	db.SetMaxOpenConns(1)
-	s := openStore(t, db)
+	s, db, tr := countedStore(t)
 	ledgerTable(t, db)
 	for _, k := range []string{"warm", "k1", "k2"} {
 		hctx, f := handlerCtx(t, s, claimReq(k, time.Minute))
@@ -159,7 +150,7 @@ func TestQueryCountsDeferred(t *testing.T) {
 		t.Errorf("complete with a deferred query past the bound: %d round trips (%s), want 5", n, by)
 	}
 	if got := ledgerOwners(t, db); len(got) != 4 {
-		t.Errorf("ledger = %v, want a row per key", got)
+		t.Errorf("%d ledger rows, want a row per key", len(got))
 	}
 }
 
@@ -169,12 +160,7 @@ func TestQueryCountsDeferred(t *testing.T) {
 // key) the store calls the procedure directly, one round trip per replay,
 // until new keys dominate again.
 func TestQueryCountsInsertFirst(t *testing.T) {
-	tr := &commandCounter{}
-	cfg := mysqlstoretest.Database(t, "")
-	cfg.DialFunc = tr.dial
-	db := mysqlstoretest.Open(t, cfg)
-	db.SetMaxOpenConns(1)
-	s := openStore(t, db)
+	s, _, tr := countedStore(t)
 	ctx := t.Context()
 	for _, k := range []string{"warm", "warm"} { // schema check, both CALLs prepared
 		if _, err := s.Claim(ctx, claimReq(k, time.Minute)); err != nil {
@@ -248,4 +234,15 @@ func (c *commandCounter) claims(t *testing.T) func(name string, want int, fn fun
 		}
 		return res
 	}
+}
+
+// countedStore opens a store on a fresh database through one connection
+// whose commands tr counts (each statement prepared once).
+func countedStore(t *testing.T, opts ...Option) (*Store, *sql.DB, *commandCounter) {
+	tr := &commandCounter{}
+	cfg := mysqlstoretest.Database(t, "")
+	cfg.DialFunc = tr.dial
+	db := mysqlstoretest.Open(t, cfg)
+	db.SetMaxOpenConns(1)
+	return openStore(t, db, opts...), db, tr
 }
