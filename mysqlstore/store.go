@@ -299,28 +299,9 @@ func (s *Store) retried(ctx context.Context, req *storekit.ClaimRequest,
 // claimNew creates req's record if its key does not exist (migration
 // 0007): created reports whether it did; if not, nothing was written.
 func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (res storekit.ClaimResult, created bool, err error) {
-	st, err := s.stmt(ctx, s.sql.claimNew)
-	if err != nil {
-		return storekit.ClaimResult{}, false, err
-	}
-	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
-		micros(req.Lease), micros(req.Retention), micros(s.cfg.ClockOffset))
-	if err != nil {
-		return storekit.ClaimResult{}, false, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return storekit.ClaimResult{}, false, err
-		}
-		return storekit.ClaimResult{}, false, rows.Close()
-	}
 	var token, now int64
-	if err := rows.Scan(&token, &now); err != nil {
-		return storekit.ClaimResult{}, false, err
-	}
-	// Drain the CALL's trailing status result before the connection is reused.
-	if err := rows.Close(); err != nil {
+	created, err = s.callClaim(ctx, s.sql.claimNew, req, func(rows *sql.Rows) error { return rows.Scan(&token, &now) })
+	if err != nil || !created {
 		return storekit.ClaimResult{}, false, err
 	}
 	// What the procedure wrote, at its clock (DATETIME(6) arithmetic on
@@ -337,31 +318,19 @@ func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (res s
 	return res, true, nil
 }
 
+// claimOnce calls the claim procedure (migration 0006) once.
 func (s *Store) claimOnce(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
-	st, err := s.stmt(ctx, s.causal(s.sql.claim))
-	if err != nil {
-		return storekit.ClaimResult{}, false, err
-	}
-	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
-		micros(req.Lease), micros(req.Retention), micros(s.cfg.ClockOffset))
-	if err != nil {
-		return storekit.ClaimResult{}, false, err
-	}
-	defer rows.Close()
-	var res storekit.ClaimResult
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return storekit.ClaimResult{}, false, err
-		}
-		return storekit.ClaimResult{}, false, rows.Close()
-	}
-	var now int64
-	rec, err := scanRecord(rows, &res.Claimed, &now)
-	if err != nil {
-		return storekit.ClaimResult{}, false, err
-	}
-	// Drain the CALL's trailing status result before the connection is reused.
-	if err := rows.Close(); err != nil {
+	var (
+		res storekit.ClaimResult
+		rec storekit.Record
+		now int64
+	)
+	found, err := s.callClaim(ctx, s.causal(s.sql.claim), req, func(rows *sql.Rows) error {
+		var err error
+		rec, err = scanRecord(rows, &res.Claimed, &now)
+		return err
+	})
+	if err != nil || !found {
 		return storekit.ClaimResult{}, false, err
 	}
 	rec.Scope, rec.Key = req.Scope, req.Key
@@ -370,6 +339,32 @@ func (s *Store) claimOnce(ctx context.Context, req *storekit.ClaimRequest) (stor
 	// created_at to the procedure's clock; a takeover keeps the older one.
 	res.Fresh = res.Claimed && rec.CreatedAt.Equal(res.Now)
 	return res, true, nil
+}
+
+// callClaim calls a claim procedure (query, its CALL) with req and scans
+// its one row, if any (found), with scan.
+func (s *Store) callClaim(ctx context.Context, query string, req *storekit.ClaimRequest, scan func(*sql.Rows) error) (found bool, err error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return false, err
+	}
+	rows, err := st.QueryContext(ctx, req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
+		micros(req.Lease), micros(req.Retention), micros(s.cfg.ClockOffset))
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return false, err
+		}
+		return false, rows.Close()
+	}
+	if err := scan(rows); err != nil {
+		return false, err
+	}
+	// Drain the CALL's trailing status result before the connection is reused.
+	return true, rows.Close()
 }
 
 // read is WithReadFirst's first statement: the record as Get reads it
