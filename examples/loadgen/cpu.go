@@ -70,7 +70,7 @@ func backendsCPU(ctx context.Context, conn *pgx.Conn, app string) (map[int]int64
 type cpuSnap struct {
 	server   int64
 	serverOK bool
-	pg       map[int]int64 // the database's, by pid; nil: not measured
+	db       map[int]int64 // the database's, by pid; nil: not measured
 }
 
 func (w *roomWaiter) snap(ctx context.Context, s *server) cpuSnap {
@@ -79,10 +79,10 @@ func (w *roomWaiter) snap(ctx context.Context, s *server) cpuSnap {
 	switch {
 	case w == nil:
 	case w.conn != nil && s.app != "":
-		c.pg, _ = backendsCPU(ctx, w.conn, s.app)
+		c.db, _ = backendsCPU(ctx, w.conn, s.app)
 	case w.dbPID > 0:
 		if ns, ok := procCPU(w.dbPID); ok {
-			c.pg = map[int]int64{w.dbPID: ns}
+			c.db = map[int]int64{w.dbPID: ns}
 		}
 	}
 	return c
@@ -119,24 +119,24 @@ func mysqldPID(ctx context.Context, dsn string) int {
 // (a backend that connected in between counts from zero; one that
 // disconnected in between is lost, which the warm-up before every round
 // makes rare).
-func cpuDelta(a, b cpuSnap) (server, pg int64, serverOK, pgOK bool) {
+func cpuDelta(a, b cpuSnap) (server, db int64, serverOK, dbOK bool) {
 	if a.serverOK && b.serverOK {
 		server, serverOK = b.server-a.server, true
 	}
-	if a.pg != nil && b.pg != nil {
-		for pid, ns := range b.pg {
-			pg += ns - a.pg[pid]
+	if a.db != nil && b.db != nil {
+		for pid, ns := range b.db {
+			db += ns - a.db[pid]
 		}
-		pgOK = true
+		dbOK = true
 	}
-	return server, pg, serverOK, pgOK
+	return server, db, serverOK, dbOK
 }
 
 // newBackends counts the backends in b that were not there in a.
 func newBackends(a, b cpuSnap) int {
 	n := 0
-	for pid := range b.pg {
-		if _, ok := a.pg[pid]; !ok && a.pg != nil {
+	for pid := range b.db {
+		if _, ok := a.db[pid]; !ok && a.db != nil {
 			n++
 		}
 	}

@@ -42,8 +42,8 @@ type result struct {
 	firstError string
 	// CPU of the measured requests (cpu.go), with how many requests it
 	// covers; zero counts: not measured.
-	serverCPU, pgCPU time.Duration
-	serverN, pgN     int
+	serverCPU, dbCPU time.Duration
+	serverN, dbN     int
 }
 
 func (r result) throughput() float64 { return float64(r.requests) / r.elapsed.Seconds() }
@@ -373,12 +373,12 @@ func run(ctx context.Context, cfg config, out, logw io.Writer) error {
 				if n := newBackends(c0, c1); n > 0 {
 					fmt.Fprintf(logw, "loadgen: %s: %d backends connected during the measured round (their start-up CPU is counted)\n", s.target, n)
 				}
-				if srv, pg, srvOK, pgOK := cpuDelta(c0, c1); srvOK || pgOK {
+				if srv, db, srvOK, dbOK := cpuDelta(c0, c1); srvOK || dbOK {
 					if srvOK {
 						r.serverCPU, r.serverN = time.Duration(srv), r.requests
 					}
-					if pgOK {
-						r.pgCPU, r.pgN = time.Duration(pg), r.requests
+					if dbOK {
+						r.dbCPU, r.dbN = time.Duration(db), r.requests
 					}
 				}
 				acc[i] = acc[i].add(r)
@@ -405,8 +405,8 @@ func (r result) add(o result) result {
 	r.other += o.other
 	r.serverCPU += o.serverCPU
 	r.serverN += o.serverN
-	r.pgCPU += o.pgCPU
-	r.pgN += o.pgN
+	r.dbCPU += o.dbCPU
+	r.dbN += o.dbN
 	r.lat = append(r.lat, o.lat...)
 	if r.firstError == "" {
 		r.firstError = o.firstError
@@ -474,7 +474,7 @@ func report(w io.Writer, cfg config, rs []result) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %d | %.0f | %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %d | %d | %d | %d |\n",
 			r.name, r.logging, r.pool, r.dupPct, r.throughput(), strings.Join(per, " / "), ratio(r, "baseline"), ratio(r, "article"), ratio(r, "idem"),
-			ms(r.p50), ms(r.p99), ms(r.mean), perReq(r.serverCPU, r.serverN), perReq(r.pgCPU, r.pgN), r.created, r.replayed, r.conflicts, r.other)
+			ms(r.p50), ms(r.p99), ms(r.mean), perReq(r.serverCPU, r.serverN), perReq(r.dbCPU, r.dbN), r.created, r.replayed, r.conflicts, r.other)
 	}
 	for _, r := range rs {
 		if r.firstError != "" {
