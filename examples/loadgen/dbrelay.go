@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -96,11 +97,14 @@ func (r *dbRelay) pipe(dst, src net.Conn) {
 	var reader sync.WaitGroup
 	reader.Go(func() {
 		defer close(ch)
+		// One read buffer, each chunk a copy of what was read: a chunk is
+		// a few hundred bytes, and a fresh 32 KiB buffer per read made the
+		// relay's garbage collection take CPU the servers compete for.
+		buf := make([]byte, 32<<10)
 		for {
-			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				ch <- chunk{buf[:n], time.Now().Add(r.oneWay)}
+				ch <- chunk{bytes.Clone(buf[:n]), time.Now().Add(r.oneWay)}
 			}
 			if err != nil {
 				return
