@@ -44,12 +44,12 @@ func TestWithParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"search_path=s1", "application_name=s1", "pool_max_conns=7", "sslmode=disable", "pool_max_conn_idle_time=2s"} {
+	for _, want := range []string{"search_path=s1", "application_name=s1", "pool_max_conns=7", "sslmode=disable", "pool_max_conn_idle_time=15s"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%s lacks %s", got, want)
 		}
 	}
-	if got, _ := withParams("host=h dbname=db", "s1", 7); got != "host=h dbname=db search_path=s1 application_name=s1 pool_max_conns=7 pool_max_conn_idle_time=2s pool_health_check_period=500ms" {
+	if got, _ := withParams("host=h dbname=db", "s1", 7); got != "host=h dbname=db search_path=s1 application_name=s1 pool_max_conns=7 pool_max_conn_idle_time=15s pool_health_check_period=1s" {
 		t.Errorf("key=value form: %q", got)
 	}
 }

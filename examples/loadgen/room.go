@@ -45,13 +45,13 @@ func newRoomWaiter(ctx context.Context, dsn string) (*roomWaiter, error) {
 	return &roomWaiter{conn: conn, max: maxConns - reserved}, nil
 }
 
-// wait returns once pool more connections fit, or after 10 s (then the run
+// wait returns once pool more connections fit, or after 20 s (then the run
 // goes on, and errors, if any, show in the report's "other" column).
 func (w *roomWaiter) wait(ctx context.Context, pool int) error {
 	if w == nil || w.conn == nil {
 		return nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // idle pools close after 15 s
 	for {
 		var used int
 		if err := w.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&used); err != nil {
