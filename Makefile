@@ -115,11 +115,12 @@ bench-e2e:
 ## bench-far: §4 the same servers with the database a round trip away (loadgen -db-rtt: a relay on
 ## 127.0.0.1), as shipped at 0, 0.5, 1, 2 and 5 ms; batching on against off at 2 ms
 bench-far:
-	@for rtt in 0 0.5ms 1ms 2ms 5ms; do \
+	@for rtt in 0 0.5ms 1ms 2ms 5ms 20ms; do \
 		echo "loadgen -db-rtt $$rtt"; \
 		$(GO) run ./examples/loadgen -provider-http -db-rtt $$rtt -targets idem,idem-nostep,article,baseline -logs off -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90 -pool 16 || exit 1; \
 	done
-	scripts/bench-batching.sh -db-rtt 2ms -requests 3000 -rounds 3 -warmup 200 -dups 0,30,90
+	scripts/bench-batching.sh -db-rtt 2ms -requests 8000 -rounds 4 -warmup 1000 -dups 0,90 -pool 16
+	BENCH_BATCHING_AA=1 scripts/bench-batching.sh -db-rtt 2ms -requests 8000 -rounds 4 -warmup 1000 -dups 0,90 -pool 16
 
 ## soak: §9 examples/payments for SOAK_DURATION (default 10m) on each store (SQLite, PostgreSQL, MariaDB)
 ## under steady load with duplicates, SIGKILLing one of its two instances every minute; samples every
