@@ -206,13 +206,16 @@ func WithInsertFirst() Option {
 // deferred statements, so nothing runs twice. Requests that began a Tx
 // complete in their own transaction, never batched. A request alone is
 // sent at once, and how many statements of a kind go in flight adapts to
-// what they take: on a database a round trip away nobody queues, on a
-// CPU-bound one most requests share (BENCHMARKS.md §3, §4).
+// what they take: on an idle database a round trip away nobody queues, on
+// a CPU-bound one most requests share (BENCHMARKS.md §3, §4).
 //
 // Use WithoutBatching when deferred statements rely on transaction-scoped
 // state (SET LOCAL, advisory transaction locks, now() as the request's own
 // time): batched, the deferred statements of concurrent requests may run
-// in one transaction.
+// in one transaction. Measure it too where the database is a round trip
+// away and its statements take about twice their fastest (a saturated
+// host): there some requests queue a round trip for little sharing
+// (pgstore/README.md, "Batching").
 //
 // Default: batching on.
 func WithoutBatching() Option {
