@@ -113,7 +113,7 @@ bench-e2e:
 	$(GO) run ./examples/loadgen -requests 1500 -concurrency 32 -dups 0 -pool 32 -pools 4,8 -provider-latency 50ms
 
 ## bench-far: §4 the same servers with the database a round trip away (loadgen -db-rtt: a relay on
-## 127.0.0.1), as shipped at 0, 0.5, 1, 2 and 5 ms; batching on against off at 2 ms
+## 127.0.0.1), as shipped at 0, 0.5, 1, 2, 5 and 20 ms; batching on against off at 2 ms, then A/A
 bench-far:
 	@for rtt in 0 0.5ms 1ms 2ms 5ms 20ms; do \
 		echo "loadgen -db-rtt $$rtt"; \

@@ -35,11 +35,10 @@ const (
 // connections: the servers take turns (alternating rounds) and would
 // otherwise hold servers × pool connections of the shared PostgreSQL at
 // once. Every server gets the same; each measured chunk is preceded by an
-// unmeasured warm-up that reconnects. The idle time is longer than a round:
-// a shorter one (it was 2 s) closed, during its own round, the connections
-// a server kept busy less often than the others, and made it reconnect for
-// the next burst (a server that shares statements among requests, as
-// pgxpool's own default of 30 minutes never would).
+// unmeasured warm-up that reconnects. The idle time outlasts a round: 2 s
+// closed, during a server's own round, the connections a batching server
+// used less often, which it then reopened for the next burst (pgxpool's
+// default, 30 minutes, never would).
 var idleParams = map[string]string{"pool_max_conn_idle_time": "15s", "pool_health_check_period": "1s"}
 
 // withParams returns dsn with search_path, pool_max_conns and idleParams
