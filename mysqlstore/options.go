@@ -142,16 +142,15 @@ func WithDeadlockRetries(n int) Option {
 	})
 }
 
-// WithReadFirst makes Claim send a plain primary-key SELECT first, and the
-// claim procedure only when the key is missing or claimable. A replay or an
-// in-flight duplicate (and every poll of a waiting one) then costs one
-// SELECT instead of one CALL — cheaper, as measured in BENCHMARKS.md
-// §2 — while a first execution or a takeover costs a
-// second round trip before its CALL. Worth it where retries are common
-// (clients that retry aggressively, wait mode with many waiters); a first
-// execution's cost is dominated by its commits anyway.
+// WithReadFirst makes Claim always send a plain primary-key SELECT first,
+// and the claim procedure only when the key is missing or claimable. By
+// default Claim reads first only while most recent claims find their key
+// (a retry storm) and tries the new key's insert first otherwise: a replay
+// or an in-flight duplicate then costs that insert and the SELECT, a first
+// execution one CALL. The option pins the first: for clients that retry
+// aggressively, or wait mode with many waiters.
 //
-// Default: off (one CALL for every claim).
+// Default: off (Claim chooses by the recent mix of keys).
 func WithReadFirst() Option {
 	return optionFunc(func(c *config) { c.readFirst = true })
 }

@@ -155,17 +155,21 @@ func TestQueryCountsDeferred(t *testing.T) {
 }
 
 // TestQueryCountsInsertFirst: a new key is one CALL of its cheap claim
-// (migration 0007), an existing key then a second CALL, of the claim
-// procedure; in a retry storm (half of recent claims finding their
-// key) the store calls the procedure directly, one round trip per replay,
-// until new keys dominate again.
+// (migration 0007), an existing key then a plain SELECT; in a retry storm
+// (half of recent claims finding their key) the store reads first, one
+// round trip per replay and two per new key (the SELECT, then the claim
+// procedure), until new keys dominate again.
 func TestQueryCountsInsertFirst(t *testing.T) {
 	s, _, tr := countedStore(t)
 	ctx := t.Context()
-	for _, k := range []string{"warm", "warm"} { // schema check, both CALLs prepared
-		if _, err := s.Claim(ctx, claimReq(k, time.Minute)); err != nil {
+	warm := claimReq("warm", time.Minute)
+	for range 2 { // schema check, the cheap claim and Get's SELECT prepared
+		if _, err := s.Claim(ctx, warm); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := s.claim(ctx, &warm); err != nil { // the claim procedure prepared
+		t.Fatal(err)
 	}
 	count := tr.claims(t)
 	req := claimReq("k", time.Minute)
@@ -195,20 +199,20 @@ func TestQueryCountsInsertFirst(t *testing.T) {
 		t.Errorf("switched after %d replays: one retry should not flip the strategy", n)
 	}
 	for range 3 {
-		res = count("claim (replay, procedure first)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
-		if res.Claimed || res.Record.Status != storekit.StatusCompleted {
-			t.Fatalf("replay, procedure first: %+v", res)
+		res = count("claim (replay, read first)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
+		if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
+			t.Fatalf("replay, read first: %+v", res)
 		}
 	}
 	for i := 0; !s.mix.InsertFirst(); i++ {
 		if i == 100 {
-			t.Fatal("still calling the procedure first after 100 new keys")
+			t.Fatal("still reading first after 100 new keys")
 		}
-		res := count("claim (new key, procedure first)", 1, func() (storekit.ClaimResult, error) {
+		res := count("claim (new key, read first)", 2, func() (storekit.ClaimResult, error) {
 			return s.Claim(ctx, claimReq(fmt.Sprintf("new-%d", i), time.Minute))
 		})
 		if !res.Claimed || !res.Fresh {
-			t.Fatalf("new key, procedure first: %+v", res)
+			t.Fatalf("new key, read first: %+v", res)
 		}
 	}
 	res = count("claim (new key, inserting first again)", 1, func() (storekit.ClaimResult, error) {

@@ -211,10 +211,12 @@ func (s *Store) checkSchema(ctx context.Context) error {
 
 // Claim implements core.Store. While most claims are of new keys
 // (storekit.ClaimMix), first one CALL of the new key's claim (migration
-// 0007): a token and an insert, nothing read; when the key exists, and
-// always once most keys do, one CALL of the claim procedure (migration
-// 0006), which reads, and only when the key is claimable draws a token,
-// upserts and reads its answer in the same transaction. A deadlock or Galera certification conflict (1213) is retried:
+// 0007): a token and an insert, nothing read. When the key exists, and
+// first once most keys do (a retry storm), a plain SELECT of the record:
+// one that is not claimable (completed, or in flight) is the answer. Only
+// a missing or claimable key gets one CALL of the claim procedure
+// (migration 0006), which reads, and only when the key is claimable draws
+// a token, upserts and reads its answer in the same transaction. A deadlock or Galera certification conflict (1213) is retried:
 // the retry reads the winner's record, so the loser answers like any
 // duplicate. When the record changed between the procedure's read and its
 // write (it answered a claimable record it did not claim, or none), the
@@ -232,16 +234,6 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			return storekit.ClaimResult{}, err
 		}
 	}
-	if s.cfg.readFirst {
-		// WithReadFirst: a record that is not claimable is the answer.
-		res, found, err := s.retried(ctx, &req, s.read)
-		if err != nil {
-			return storekit.ClaimResult{}, wrap(ctx, op, err)
-		}
-		if found && !sqlkit.Claimable(&res.Record, res.Now, &req) {
-			return res, nil
-		}
-	}
 	insertFirst := !s.cfg.readFirst && s.mix.InsertFirst()
 	if insertFirst {
 		res, created, err := s.retried(ctx, &req, s.claimNew)
@@ -252,13 +244,27 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		if created {
 			return res, nil
 		}
-		// The key exists: the claim procedure decides, as always.
 	}
-	res, err := s.claim(ctx, &req)
+	// A plain SELECT answers a key that is not claimable: a retry of a
+	// completed key, a duplicate of one in flight (the article's design
+	// reads it so too; the claim procedure costs up to twice as much,
+	// BENCHMARKS.md §2). A missing or claimable key (lapsed, failed,
+	// expired) goes to the claim procedure, which decides.
+	res, found, err := s.retried(ctx, &req, s.read)
 	if err != nil {
 		return storekit.ClaimResult{}, wrap(ctx, op, err)
 	}
-	if !insertFirst && !s.cfg.readFirst {
+	if found && !sqlkit.Claimable(&res.Record, res.Now, &req) {
+		if !insertFirst {
+			s.mix.Observe(true)
+		}
+		return res, nil
+	}
+	res, err = s.claim(ctx, &req)
+	if err != nil {
+		return storekit.ClaimResult{}, wrap(ctx, op, err)
+	}
+	if !insertFirst {
 		s.mix.Observe(!res.Fresh) // a key recreated past its expiry counts as new
 	}
 	return res, nil
