@@ -14,14 +14,15 @@
 //
 // # Guarantees
 //
-// Ownership is decided by the database. Claim is one CALL of a stored
-// procedure that reads the record and, only when the key is claimable,
-// draws a lease token and inserts or takes the record over with
-// INSERT ... ON DUPLICATE KEY UPDATE under the row lock. While most claims
-// are of new keys, a cheaper CALL goes first: a token and a plain INSERT,
-// nothing read; a key that exists rolls it back and takes the procedure
-// (two round trips for a replay then, one again once replays are
-// half of recent claims). Every write of an
+// Ownership is decided by the database. A claim that takes a key is one
+// CALL of a stored procedure: a new key's draws a lease token and inserts
+// the record, nothing read; the general one reads the record and, only when
+// the key is claimable, draws a token and inserts or takes the record over
+// with INSERT ... ON DUPLICATE KEY UPDATE under the row lock. A key that
+// is not claimable (a replay, a duplicate in flight) is answered by a
+// plain SELECT: after the new key's CALL found the key, while most claims
+// are of new keys (two round trips for a replay), or first once half of
+// recent claims find their key (one). Every write of an
 // owner (Heartbeat, Complete, Fail) is one UPDATE fenced by
 // WHERE token = ? AND status = 'processing'. Tokens come from an
 // AUTO_INCREMENT counter, so they are strictly increasing and never reused,

@@ -79,9 +79,9 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		sql:   buildStatements(cfg),
 		stmts: sqlkit.NewStmtCache(db),
 	}
-	// A replay costs the claim procedure alone about what a new key's
-	// cheap claim costs: trying it first pays while under half the keys
-	// exist (MariaDB; BENCHMARKS.md §3).
+	// Insert first, a replay costs the insert and the SELECT; read first,
+	// a new key costs the SELECT and the claim procedure: each pays while
+	// its case is the more common.
 	s.mix.Switch = 0.5
 	s.txStmts = s.stmts
 	if cfg.TxDB != nil && cfg.TxDB != db {
