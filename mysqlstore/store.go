@@ -373,7 +373,7 @@ func (s *Store) callClaim(ctx context.Context, query string, req *storekit.Claim
 	return true, rows.Close()
 }
 
-// read is WithReadFirst's first statement: the record as Get reads it
+// read is the claim's SELECT (see Claim): the record as Get reads it
 // (causal on Galera), and the clock.
 func (s *Store) read(ctx context.Context, req *storekit.ClaimRequest) (storekit.ClaimResult, bool, error) {
 	st, err := s.stmt(ctx, s.causal(s.sql.get))
