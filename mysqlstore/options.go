@@ -147,7 +147,7 @@ func WithDeadlockRetries(n int) Option {
 // default Claim reads first only while most recent claims find their key
 // (a retry storm) and tries the new key's insert first otherwise: a replay
 // or an in-flight duplicate then costs that insert and the SELECT, a first
-// execution one CALL. The option pins the first: for clients that retry
+// execution one CALL. The option pins reading first: for clients that retry
 // aggressively, or wait mode with many waiters.
 //
 // Default: off (Claim chooses by the recent mix of keys).
