@@ -105,8 +105,7 @@ func batchArgs(batch []*pendingClaim) (context.Context, context.CancelFunc, []an
 }
 
 // insertClaims sends several claims' inserts in one statement (sql
-// claimNewSQL), with the read that answers a key that exists and is not
-// claimable. A key sent twice is inserted once (DO NOTHING skips a row
+// claimNews). A key sent twice is inserted once (DO NOTHING skips a row
 // that conflicts with one the statement inserted): the other claim finds
 // it existing, as it would one statement later.
 func (s *Store) insertClaims(batch []*pendingClaim) error {
@@ -117,25 +116,26 @@ func (s *Store) insertClaims(batch []*pendingClaim) error {
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() { // in no promised order
-		cr, pos, err := scanClaimNew(rows)
-		if err != nil {
+	for rows.Next() { // in no promised order: matched by key
+		var (
+			scope, key string
+			cr         claimRow
+			r          = &cr.rec
+		)
+		if err := rows.Scan(&scope, &key, &r.Token, &r.LockedUntil, &r.CreatedAt, &r.ExpiresAt, &cr.now); err != nil {
 			return err
 		}
-		j := int(pos) - 1 // WITH ORDINALITY counts from 1
-		if cr.claimed {   // inserted: matched by key
-			var found bool
-			j, found = slices.BinarySearchFunc(batch, [2]string{cr.rec.Scope, cr.rec.Key}, func(p *pendingClaim, k [2]string) int {
-				return cmp.Or(cmp.Compare(p.req.Scope, k[0]), cmp.Compare(p.req.Key, k[1]))
-			})
-			if !found {
-				j = -1
-			}
+		j, found := slices.BinarySearchFunc(batch, [2]string{scope, key}, func(p *pendingClaim, k [2]string) int {
+			return cmp.Or(cmp.Compare(p.req.Scope, k[0]), cmp.Compare(p.req.Key, k[1]))
+		})
+		if !found || batch[j].inserted {
+			return errors.New("claim batch returned a key it was not sent")
 		}
-		if j < 0 || j >= len(batch) || !batch[j].cr.now.IsZero() {
-			return errors.New("claim batch returned a key it was not sent, or one twice")
-		}
-		batch[j].cr, batch[j].inserted = cr, cr.claimed
+		p := batch[j]
+		r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = p.req.Scope, p.req.Key, p.req.Method, p.req.Route, p.req.Fingerprint
+		r.Status = storekit.StatusProcessing
+		cr.claimed, cr.created = true, true
+		p.cr, p.inserted = cr, true
 	}
 	return rows.Err()
 }

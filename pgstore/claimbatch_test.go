@@ -280,8 +280,8 @@ type batchResult struct {
 
 // Each kind of batched statement, as the tracer sees it.
 const (
-	insertsMarker = "), ins AS ("  // claimNewSQL's batch form: the arrays' CTE u first
-	callsMarker   = "ORDER BY u.i" // claimFns
+	insertsMarker = "DO NOTHING\nRETURNING scope, key"
+	callsMarker   = "WITH ORDINALITY"
 )
 
 // batchRound blocks inserts into s's table with a SHARE lock, claims a

@@ -201,95 +201,6 @@ LEFT JOIN LATERAL (
 WHERE r.scope = $1 AND r.key = $2 AND NOT ` + cond
 }
 
-// claimNewSQL is WithInsertFirst's claim: the bare insert of the
-// processing record and, for a key that exists and is NOT claimable
-// (claimFull's CTE e), that record as the statement's snapshot sees it: a
-// replay or an in-flight duplicate is answered in the insert's round trip.
-// A key that exists and is claimable, or whose row the snapshot does not
-// see (committed after it), returns no row: the caller runs the claim
-// function, which decides. Every row has scanRecord's columns, then
-// claimed (true: inserted), the clock, and (batch) the request's position
-// in the arrays (0 for an inserted row: RETURNING cannot name it).
-//
-// The read cannot see a row the insert made (one statement, one snapshot),
-// and NOT EXISTS keeps it from reading a key the insert claimed (a row the
-// snapshot saw, purged and inserted again since): a key is answered once.
-// With batch, parameters are arrays, one element per claim (claimbatch.go).
-func claimNewSQL(c config, batch bool) string {
-	n := c.names()
-	in := map[bool][]string{
-		false: {"$1", "$2", "$3", "$4", "$5", "$6", "$7"},
-		true:  {"u.scope", "u.key", "u.method", "u.route", "u.fingerprint", "u.lease", "u.retention"},
-	}[batch]
-	var q strings.Builder
-	if c.transactional {
-		q.WriteString(asyncCTE + ", ")
-	} else {
-		q.WriteString("WITH ")
-	}
-	var from []string
-	if c.transactional {
-		from = append(from, "async")
-	}
-	if batch {
-		q.WriteString(`u AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[]) WITH ORDINALITY
-         AS u(scope, key, method, route, fingerprint, lease, retention, i)
-), `)
-		from = append(from, "u")
-	}
-	q.WriteString(`ins AS (
-  INSERT INTO ` + n.table + ` (` + recordCols + `)
-  SELECT ` + strings.Join(in[:5], ", ") + `, 'processing', nextval('` + n.seq + `'::regclass),
-         {{NOW}} + ` + in[5] + `::bigint * interval '1 microsecond', {{NOW}}, {{NOW}} + ` + in[6] + `::bigint * interval '1 microsecond'`)
-	if len(from) > 0 {
-		q.WriteString("\n  FROM " + strings.Join(from, ", "))
-	}
-	q.WriteString(`
-  ON CONFLICT (scope, key) DO NOTHING
-  RETURNING ` + recordCols + `
-)
-SELECT ` + recordCols + `, NULL::integer, NULL::jsonb, NULL::bytea, false, false, true, {{NOW}}, 0::bigint
-FROM ins
-UNION ALL
-SELECT r.scope, r.key, r.method, r.route, r.fingerprint, r.status, r.token, r.locked_until, r.created_at, r.expires_at,
-       `)
-	if c.partitioned {
-		q.WriteString(`p.resp_status, p.resp_header, p.resp_body, coalesce(p.resp_not_retained, false), p.scope IS NOT NULL`)
-	} else {
-		q.WriteString(`r.resp_status, r.resp_header, r.resp_body, r.resp_not_retained, r.resp_status IS NOT NULL`)
-	}
-	pos, match, mine := "0::bigint", "r.scope = $1 AND r.key = $2", "NOT EXISTS (SELECT FROM ins)"
-	if batch {
-		pos, match, mine = "u.i", "r.scope = u.scope AND r.key = u.key",
-			"NOT EXISTS (SELECT FROM ins WHERE ins.scope = u.scope AND ins.key = u.key)"
-	}
-	q.WriteString(`, false, {{NOW}}, ` + pos + `
-FROM `)
-	if batch {
-		q.WriteString("u JOIN ")
-	}
-	q.WriteString(n.table + " r")
-	if batch {
-		q.WriteString(" ON " + match)
-	}
-	if c.partitioned {
-		q.WriteString(`
-LEFT JOIN LATERAL (
-  SELECT * FROM ` + n.payload + `
-  WHERE scope = r.scope AND key = r.key AND token = r.token AND stored_at = r.completed_at
-  LIMIT 1 -- keeps the subquery from being flattened: pruned at run time
-) p ON true`)
-	}
-	cond := strings.NewReplacer("v.now", "{{NOW}}", "$3", in[2], "$4", in[3], "$5", in[4]).Replace(condClaimableSnapshot)
-	q.WriteString("\nWHERE ")
-	if !batch {
-		q.WriteString(match + " AND ")
-	}
-	q.WriteString("NOT " + cond + "\n  AND " + mine)
-	return q.String()
-}
-
 // claimFull is the claim-or-read statement, {{NOW}} standing for the clock.
 func claimFull(c config) string {
 	n := c.names()
@@ -360,11 +271,26 @@ FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFS
 	if c.transactional {
 		s.claimText = asyncCTE + strings.Replace(s.claimText, "{{NOW}}) AS c OFFSET 0", "{{NOW}}) AS c FROM async OFFSET 0", 1)
 	}
-	// WithInsertFirst: the function's fast path as the statement itself,
-	// with the read that answers an existing key (claimNewSQL); and the
-	// same for several claims at once (claimbatch.go).
-	s.claimNew = claimNewSQL(c, false)
-	s.claimNews = claimNewSQL(c, true)
+	// WithInsertFirst: the function's fast path as the statement itself.
+	s.claimNew = `INSERT INTO ` + n.table + ` (` + recordCols + `)
+VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + n.seq + `'::regclass),
+        {{NOW}} + $6::bigint * interval '1 microsecond', {{NOW}}, {{NOW}} + $7::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING token, locked_until, created_at, expires_at, {{NOW}}`
+	if c.transactional {
+		s.claimNew = asyncCTE + strings.Replace(s.claimNew, "\nVALUES (", "\nSELECT ", 1)
+		s.claimNew = strings.Replace(s.claimNew, "{{NOW}} + $7::bigint * interval '1 microsecond')\nON CONFLICT", "{{NOW}} + $7::bigint * interval '1 microsecond'\nFROM async\nON CONFLICT", 1)
+	}
+	// Several claims in one statement (claimbatch.go): arrays of the same
+	// parameters, one element per claim, sorted by (scope, key) so that two
+	// batches wait for each other's keys in one order and cannot deadlock.
+	s.claimNews = `INSERT INTO ` + n.table + ` (` + recordCols + `)
+SELECT u.scope, u.key, u.method, u.route, u.fingerprint, 'processing', nextval('` + n.seq + `'::regclass),
+       {{NOW}} + u.lease * interval '1 microsecond', {{NOW}}, {{NOW}} + u.retention * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
+       AS u(scope, key, method, route, fingerprint, lease, retention)
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING scope, key, token, locked_until, created_at, expires_at, {{NOW}}`
 	// The claim function once per claim, in the arrays' (sorted) order: a
 	// call sees the rows of the calls before it. The position tells which
 	// claim a row answers (the fast path's composite names no key).
@@ -373,6 +299,7 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigi
        AS u(scope, key, method, route, fingerprint, lease, retention, i)
 ORDER BY u.i`
 	if c.transactional {
+		s.claimNews = asyncCTE + strings.Replace(s.claimNews, "\nFROM unnest(", "\nFROM async, unnest(", 1)
 		s.claimFns = asyncCTE + strings.Replace(s.claimFns, "\nFROM unnest(", "\nFROM async, unnest(", 1)
 	}
 	// The complete waits for its flush in every session (syncWhere): a

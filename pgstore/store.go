@@ -237,14 +237,10 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	if !s.cfg.optimisticClaim {
 		return s.claimFnBatched(ctx, req)
 	}
-	// The mix counts the claims the insert's statement cannot answer: a
-	// key that exists and is claimable (a takeover, a retry of a failed
-	// request, an expired record). A replay or an in-flight duplicate it
-	// answers in its one statement, as the function would.
 	if !s.mix.InsertFirst() {
 		cr, err := s.claimFnBatched(ctx, req)
 		if err == nil {
-			s.mix.Observe(cr.claimed && !cr.fresh())
+			s.mix.Observe(!cr.fresh())
 		}
 		return cr, err
 	}
@@ -252,13 +248,11 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	if err != nil {
 		return cr, err
 	}
-	s.mix.Observe(!inserted && cr.now.IsZero())
-	if inserted || !cr.now.IsZero() {
-		// Claimed, or the record it read is the answer: not claimable.
+	s.mix.Observe(!inserted)
+	if inserted {
 		return cr, nil
 	}
-	// The key exists and may be claimable (or its row is newer than the
-	// statement's snapshot): the claim-or-read statement decides, as always.
+	// The key exists: the claim-or-read statement decides, as always.
 	return s.claimFnBatched(ctx, req)
 }
 
@@ -302,29 +296,23 @@ func (s *Store) claimFn(ctx context.Context, req *storekit.ClaimRequest) (claimR
 	return cr, rows.Err()
 }
 
-// claimNew is WithInsertFirst's first statement (sql claimNewSQL): the
-// bare insert of the processing record (inserted), or an existing record
-// that is not claimable, read (cr.now set, cr.claimed false); neither when
-// the key exists and the claim function must decide.
+// claimNew is WithInsertFirst's first statement: a bare insert of the
+// processing record. inserted is false when the key exists.
 func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (cr claimRow, inserted bool, err error) {
-	cr, _, err = scanClaimNew(s.pool.QueryRow(ctx, s.sql.claimNew,
+	r := &cr.rec
+	err = s.pool.QueryRow(ctx, s.sql.claimNew,
 		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
-		micros(req.Lease), micros(req.Retention)))
+		micros(req.Lease), micros(req.Retention)).Scan(&r.Token, &r.LockedUntil, &r.CreatedAt, &r.ExpiresAt, &cr.now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return claimRow{}, false, nil
 	}
 	if err != nil {
 		return claimRow{}, false, err
 	}
-	return cr, cr.claimed, nil
-}
-
-// scanClaimNew scans one row of claimNewSQL and returns its position in
-// the batch's arrays (0: an inserted row, matched by key).
-func scanClaimNew(row pgx.Row) (cr claimRow, pos int64, err error) {
-	cr.rec, err = scanRecord(row, &cr.hasPayload, &cr.claimed, &cr.now, &pos)
-	cr.created = cr.claimed
-	return cr, pos, err
+	r.Scope, r.Key, r.Method, r.Route, r.Fingerprint = req.Scope, req.Key, req.Method, req.Route, req.Fingerprint
+	r.Status = storekit.StatusProcessing
+	cr.claimed, cr.created = true, true
+	return cr, true, nil
 }
 
 // claimResultFormat asks for the claim's composite in binary (pgx would ask

@@ -86,7 +86,7 @@ func (m *insertFirstMix) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 		}
 	}
 	if len(d.Args) > 1 {
-		if strings.Contains(d.SQL, "ORDER BY u.i") {
+		if strings.Contains(d.SQL, "WITH ORDINALITY") {
 			// claimbatch.go's function calls: counted, not attributed to
 			// a path (fewer function-first claims and fallbacks, never more).
 			m.batchedCalls.Add(1)
@@ -100,7 +100,7 @@ func (m *insertFirstMix) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 				}
 				m.batchedRows.Add(1)
 				m.mode(scope, insertMode)
-				// A key the batch finds claimable calls the function next.
+				// A key the batch finds existing calls the function next.
 				// One it inserts leaves its entry behind, which can only
 				// count a later function-first claim of the key as such a
 				// fallback: fewer function-first claims, never more.
@@ -171,7 +171,7 @@ func (m *insertFirstMix) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.T
 	if !ok || d.Err != nil {
 		return
 	}
-	if d.CommandTag.RowsAffected() == 1 { // the record it created, or read
+	if d.CommandTag.RowsAffected() == 1 {
 		m.inserted.Add(1)
 	} else {
 		m.missed.Store(claim, true) // its claim calls the function next
@@ -274,7 +274,7 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 		}
 	}
 	m.mu.Unlock()
-	t.Logf("WithInsertFirst claim statements of the histories: %d inserts that answered (created the key, or read a record not claimable), %d that found a claimable one (the function next), %d function first; %d batched inserts carrying %d of their claims, %d batched function calls, %d batched completes (%d with a history's); %d switches to insert first, %d to function first; %d of %d histories on both sides",
+	t.Logf("WithInsertFirst claim statements of the histories: %d inserts that created the key, %d that found it (the function next), %d function first; %d batched inserts carrying %d of their claims, %d batched function calls, %d batched completes (%d with a history's); %d switches to insert first, %d to function first; %d of %d histories on both sides",
 		m.inserted.Load(), m.fellBack.Load(), m.fnFirst.Load(), m.batched.Load(), m.batchedRows.Load(), m.batchedCalls.Load(), m.batchedCompletes.Load(), m.historyCompletes.Load(), m.toInsert.Load(), m.toFunction.Load(), both, sum.Histories)
 	if sum.Histories < 20 {
 		return
@@ -283,8 +283,8 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 		what string
 		n    int64
 	}{
-		{"bare insert that answered its claim", m.inserted.Load()},
-		{"bare insert that found its key claimable (the function after it)", m.fellBack.Load()},
+		{"bare insert that created its key", m.inserted.Load()},
+		{"bare insert that found its key (the function after it)", m.fellBack.Load()},
 		{"claim that called the function first", m.fnFirst.Load()},
 
 		{"switch to insert first", m.toInsert.Load()},
