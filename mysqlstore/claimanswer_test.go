@@ -87,10 +87,19 @@ func TestClaimAnswerReadInTx(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
-			procedureFirst(s) // the new key's claim under test is the procedure's
-			reached, hold := hookClaimProc(t, s)
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
+			// The claim under test takes over a failed record: the
+			// claim procedure's work (a new key gets the cheap claim).
+			req := claimReq("k", time.Hour)
+			first, err := s.Claim(ctx, req)
+			if err != nil || !first.Claimed {
+				t.Fatalf("first claim: %+v, %v", first, err)
+			}
+			if err := s.Fail(ctx, storekit.Fence{Scope: req.Scope, Key: req.Key, Token: first.Record.Token}); err != nil {
+				t.Fatal(err)
+			}
+			reached, hold := hookClaimProc(t, s)
 			lock, err := s.db.Conn(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -107,7 +116,6 @@ func TestClaimAnswerReadInTx(t *testing.T) {
 				}
 			}()
 
-			req := claimReq("k", time.Hour)
 			type answer struct {
 				res storekit.ClaimResult
 				err error

@@ -47,9 +47,9 @@ func claimReq(key string, lease time.Duration) storekit.ClaimRequest {
 	}
 }
 
-// procedureFirst makes s claim through the claim procedure (migration
-// 0006) directly, as it does once most keys exist, instead of trying a new
-// key's insert first.
+// procedureFirst makes s read first, as it does once most keys exist: an
+// existing claimable key goes to the claim procedure (migration 0006)
+// directly, instead of a new key's insert tried first.
 func procedureFirst(s *Store) {
 	for range 300 {
 		s.mix.Observe(true)

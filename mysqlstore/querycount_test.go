@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core/storekit"
 	"github.com/idemkit/idem/mysqlstore/mysqlstoretest"
 )
@@ -89,7 +92,7 @@ func (cc *countingConn) Write(p []byte) (int, error) {
 
 // TestQueryCountsReadFirst: with WithReadFirst a replay or an in-flight
 // duplicate costs one round trip (the SELECT), a new key two (the SELECT
-// that finds nothing, then the CALL).
+// that finds nothing, then the new key's CALL).
 func TestQueryCountsReadFirst(t *testing.T) {
 	s, _, tr := countedStore(t, WithReadFirst())
 	ctx := t.Context()
@@ -110,6 +113,41 @@ func TestQueryCountsReadFirst(t *testing.T) {
 	res = count("claim (replay)", 1, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	if res.Claimed || res.Record.Status != storekit.StatusCompleted || res.Record.Response == nil {
 		t.Fatalf("replay: %+v", res)
+	}
+}
+
+// TestNewKeyReadFirstIsTheCheapClaim: a key that the read first finds
+// missing (WithReadFirst, or during a retry storm) is created by the new
+// key's cheap CALL (migration 0007), not by the claim procedure (0006),
+// which costs MariaDB about half as much again: with the procedure
+// dropped, the new key is still claimed, and answered as stored.
+func TestNewKeyReadFirstIsTheCheapClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		storm bool
+	}{{"WithReadFirst", []Option{WithReadFirst()}, false}, {"retry storm", nil, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, tc.opts...)
+			if tc.storm {
+				procedureFirst(s)
+			}
+			ctx := t.Context()
+			if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+s.names.claimProc); err != nil {
+				t.Fatal(err)
+			}
+			req := claimReq("new", time.Minute)
+			res, err := s.Claim(ctx, req)
+			require.NoError(t, err, "a new key must not need the claim procedure")
+			assert.True(t, res.Claimed && res.Fresh, "new key: %+v", res)
+			stored, err := s.Inspect(ctx, req.Scope, req.Key)
+			require.NoError(t, err)
+			assert.Equal(t, res.Record.Token, stored.Token)
+			assert.Equal(t, storekit.StatusProcessing, stored.Status)
+			if tc.storm {
+				assert.False(t, s.mix.InsertFirst(), "one new key ends no retry storm")
+			}
+		})
 	}
 }
 
@@ -157,8 +195,8 @@ func TestQueryCountsDeferred(t *testing.T) {
 // TestQueryCountsInsertFirst: a new key is one CALL of its cheap claim
 // (migration 0007), an existing key then a plain SELECT; in a retry storm
 // (half of recent claims finding their key) the store reads first, one
-// round trip per replay and two per new key (the SELECT, then the claim
-// procedure), until new keys dominate again.
+// round trip per replay and two per new key (the SELECT, then the new
+// key's CALL), until new keys dominate again.
 func TestQueryCountsInsertFirst(t *testing.T) {
 	s, _, tr := countedStore(t)
 	ctx := t.Context()

@@ -213,10 +213,12 @@ func (s *Store) checkSchema(ctx context.Context) error {
 // (storekit.ClaimMix), first one CALL of the new key's claim (migration
 // 0007): a token and an insert, nothing read. When the key exists, and
 // first once most keys do (a retry storm), a plain SELECT of the record:
-// one that is not claimable (completed, or in flight) is the answer. Only
-// a missing or claimable key gets one CALL of the claim procedure
+// one that is not claimable (completed, or in flight) is the answer, and a
+// missing one, read first, gets the new key's CALL. Only a claimable key
+// (or one created between the two) gets one CALL of the claim procedure
 // (migration 0006), which reads, and only when the key is claimable draws
-// a token, upserts and reads its answer in the same transaction. A deadlock or Galera certification conflict (1213) is retried:
+// a token, upserts and reads its answer in the same transaction. A
+// deadlock or Galera certification conflict (1213) is retried:
 // the retry reads the winner's record, so the loser answers like any
 // duplicate. When the record changed between the procedure's read and its
 // write (it answered a claimable record it did not claim, or none), the
@@ -259,6 +261,19 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			s.mix.Observe(true)
 		}
 		return res, nil
+	}
+	if !found && !insertFirst {
+		// A new key while reading first (a retry storm, WithReadFirst):
+		// the new key's cheap claim, as when inserting first; the claim
+		// procedure only if another request created the key meanwhile.
+		res, created, err := s.retried(ctx, &req, s.claimNew)
+		if err != nil {
+			return storekit.ClaimResult{}, wrap(ctx, op, err)
+		}
+		if created {
+			s.mix.Observe(false)
+			return res, nil
+		}
 	}
 	res, err = s.claim(ctx, &req)
 	if err != nil {
