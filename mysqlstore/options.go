@@ -41,8 +41,8 @@ type config struct {
 
 	causal  bool
 	retries int
-	// readFirst: a plain SELECT first, the claim procedure only when the
-	// key is missing or claimable.
+	// readFirst: a plain SELECT first, then the new key's CALL for a
+	// missing key, the claim procedure for a claimable one.
 	readFirst bool
 }
 
@@ -143,7 +143,8 @@ func WithDeadlockRetries(n int) Option {
 }
 
 // WithReadFirst makes Claim always send a plain primary-key SELECT first,
-// and the claim procedure only when the key is missing or claimable. By
+// then the new key's CALL when the key is missing and the claim procedure
+// only when it is claimable. By
 // default Claim reads first only while most recent claims find their key
 // (a retry storm) and tries the new key's insert first otherwise: a replay
 // or an in-flight duplicate then costs that insert and the SELECT, a first
