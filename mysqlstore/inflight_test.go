@@ -60,7 +60,7 @@ func TestTakeoverDuringCommit(t *testing.T) {
 	// The takeover under test is the claim procedure's: a new key's insert
 	// tried first would wait on the record's row lock instead (and then
 	// call the procedure, which replays), and show no mark read.
-	procedureFirst(retry)
+	inRetryStorm(retry)
 	req := claimReq("k", time.Minute)
 	hctx, f := handlerCtx(t, s, req)
 	if err := book(hctx, req.Key, f.Token); err != nil {

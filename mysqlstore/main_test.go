@@ -47,10 +47,10 @@ func claimReq(key string, lease time.Duration) storekit.ClaimRequest {
 	}
 }
 
-// procedureFirst makes s read first, as it does once most keys exist: an
-// existing claimable key goes to the claim procedure (migration 0006)
-// directly, instead of a new key's insert tried first.
-func procedureFirst(s *Store) {
+// inRetryStorm makes s read first, as it does once most keys exist: a
+// claimable key goes to the claim procedure (migration 0006) straight
+// after the SELECT, without a new key's insert tried first.
+func inRetryStorm(s *Store) {
 	for range 300 {
 		s.mix.Observe(true)
 	}

@@ -130,7 +130,7 @@ func TestNewKeyReadFirstIsTheCheapClaim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t, tc.opts...)
 			if tc.storm {
-				procedureFirst(s)
+				inRetryStorm(s)
 			}
 			ctx := t.Context()
 			if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+s.names.claimProc); err != nil {
