@@ -110,8 +110,12 @@ func (e *CallError) Unwrap() []error {
 // running fn. An error from fn releases the key (as a handler error does,
 // retryable under the default outcome policy) and is returned as is, so a
 // retry runs fn again: return a final business outcome (a declined card)
-// as a result, not an error. A panic in fn releases the key and is
-// returned as a CallError (problem.HandlerPanic) with the panic and stack.
+// as a result, not an error. If idem stopped fn because its lease was
+// lost (fn's context cancelled with ErrLeaseLost), fn's error comes joined
+// with a CallError (problem.InFlight): the caller retries rather than
+// reading fn's context error as its own cancellation. A panic in fn
+// releases the key and is returned as a CallError (problem.HandlerPanic)
+// with the panic and stack.
 //
 // Every other failure is a *CallError (see its errors.Is matches). A call
 // inside another call's or a request's fn is a call of its own, under its
@@ -175,6 +179,12 @@ func (e *Engine) Call(ctx context.Context, req CallRequest, fn func(context.Cont
 	case x.panicked != nil:
 		return CallResult{}, &CallError{Problem: problem.HandlerPanic, Err: x.panicked}
 	case x.err != nil:
+		if lost := d.lostLease(); lost != nil {
+			// idem stopped fn (its lease is gone) and released the key:
+			// the caller's answer is "retry", not fn's context error,
+			// which reads as the caller having cancelled.
+			return CallResult{}, errors.Join(x.err, &CallError{Problem: problem.InFlight, Err: lost})
+		}
 		return CallResult{}, x.err
 	}
 	return CallResult{Value: x.fnOut}, nil

@@ -7,6 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/calltest"
@@ -71,4 +76,38 @@ func TestCallAbortHandlerPanic(t *testing.T) {
 	if err != nil || r.Replayed || string(r.Value) != "ok" {
 		t.Fatalf("retry = %+v, %v; want a fresh run", r, err)
 	}
+}
+
+// TestCallStoppedByALostLeaseIsRetryable: when idem stops fn because its
+// lease is gone (the heartbeat failed for a whole lease) and fn returns
+// its context's error, as a handler that honours cancellation does, Call
+// answers that the key is in flight (gRPC: Aborted, which a retry policy
+// retries), not the bare context error, which reads as the caller having
+// cancelled (gRPC: Canceled, never retried) though the key was released
+// for a retry.
+func TestCallStoppedByALostLeaseIsRetryable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		e, err := core.New(&faultStore{Store: mem, heartbeat: func(context.Context, storekit.Fence, time.Duration) error {
+			return errors.New("store unreachable")
+		}}, core.WithLease(300*time.Millisecond))
+		require.NoError(t, err)
+		req := core.CallRequest{Scope: "s", Key: "k", Name: "charge"}
+		_, err = e.Call(context.Background(), req, func(ctx context.Context) ([]byte, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		var ce *core.CallError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, problem.InFlight, ce.Problem)
+		assert.ErrorIs(t, err, core.ErrLeaseLost)
+		assert.ErrorIs(t, err, context.Canceled, "fn's own error is kept")
+
+		// The key was released: a retry runs fn.
+		e2, err := core.New(mem)
+		require.NoError(t, err)
+		res, err := e2.Call(context.Background(), req, func(context.Context) ([]byte, error) { return []byte("charged"), nil })
+		require.NoError(t, err)
+		assert.Equal(t, "charged", string(res.Value))
+	})
 }

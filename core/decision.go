@@ -69,6 +69,16 @@ type owner struct {
 	hbSince    time.Time // when the claim was sent
 }
 
+// lostLease returns why the heartbeat found the lease gone, or nil.
+func (d *Decision) lostLease() error {
+	if d == nil || d.own == nil {
+		return nil
+	}
+	d.own.mu.Lock()
+	defer d.own.mu.Unlock()
+	return d.own.lostErr
+}
+
 // Context returns parent carrying the lease (for KeyFromContext, RelayKey
 // and stores such as pgstore.Tx), cancelled with a cause wrapping
 // ErrLeaseLost if the heartbeat finds the lease gone. For other outcomes it

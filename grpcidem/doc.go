@@ -29,7 +29,9 @@
 //
 // A handler error (any status) is returned as is and releases the key,
 // so a retry runs the method again: answer a final business outcome (a
-// declined card) with a response, not an error.
+// declined card) with a response, not an error. A handler that idem
+// stopped because its lease was lost is answered Aborted (in-flight), not
+// with its context's Canceled, which no retry policy retries.
 //
 // # Status codes
 //
