@@ -77,7 +77,20 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 	done = true
 
 	resp := x.Captured()
-	if herr != nil && resp.Status == 0 && len(resp.Body) == 0 && !resp.Streamed && !resp.Truncated {
+	empty := resp.Status == 0 && len(resp.Body) == 0 && !resp.Streamed && !resp.Truncated
+	if lost := d.lostLease(); lost != nil && empty {
+		// idem stopped the handler (its lease is gone) and it answered
+		// nothing: its framework would send a 200 with an empty body,
+		// which reads as success. The commit releases the key (an empty
+		// response on a cancelled context); the client is told to retry.
+		if err := e.commit(lctx, d, resp, herr); err != nil {
+			x.Discard()
+			return e.answerError(x, err, e.commitErrorResponse(err))
+		}
+		x.Discard()
+		return x.Write(e.commitErrorResponse(lost))
+	}
+	if herr != nil && empty {
 		// The handler failed and nothing rendered its error: answer a 500
 		// problem, and let the policy classify it (retryable by default).
 		problem := e.problem(problem.HandlerError, "the request failed; it was not completed")

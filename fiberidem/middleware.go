@@ -281,7 +281,7 @@ func (x *exchange) Next(ctx context.Context, d *adapterkit.Proceed) error {
 	return herr
 }
 
-func (x *exchange) Captured() adapterkit.Response { return x.m.capture(x.c, x.maxResponse) }
+func (x *exchange) Captured() adapterkit.Response { return x.m.capture(x.c, x.maxResponse, x.saved) }
 
 // Send has nothing to do: fiber sends c.Response() once the chain returns.
 func (x *exchange) Send() error { return nil }
@@ -317,7 +317,7 @@ func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, erro
 // capture reads the response the handler left in c.Response(). Everything
 // the engine gets from it is copied (the body here, header values by
 // responseHeaders): fasthttp reuses the buffers for the next request.
-func (m *middleware) capture(c *fiber.Ctx, maxResponse int) adapterkit.Response {
+func (m *middleware) capture(c *fiber.Ctx, maxResponse int, saved *fasthttp.ResponseHeader) adapterkit.Response {
 	r := c.Response()
 	resp := adapterkit.Response{Status: r.StatusCode()}
 	// A body stream (c.SendStream, SetBodyStreamWriter, c.SendFile of a
@@ -333,6 +333,9 @@ func (m *middleware) capture(c *fiber.Ctx, maxResponse int) adapterkit.Response 
 		return resp
 	}
 	if len(body) == 0 {
+		if untouched(saved, &r.Header) {
+			resp.Status = 0 // answered nothing (see untouched)
+		}
 		resp.Header = responseHeader(&r.Header)
 		dropImplicitContentType(c, resp.Header)
 		resp.Body = []byte{}
@@ -388,6 +391,16 @@ func writeResponse(c *fiber.Ctx, resp *adapterkit.Response) error {
 }
 
 var headerPool = sync.Pool{New: func() any { return new(fasthttp.ResponseHeader) }}
+
+// untouched reports whether the handler left the response header as
+// earlier middleware had it (saved): with no body, it answered nothing, as
+// a net/http handler that writes nothing. fasthttp reports 200 for a
+// status nobody set, and the engine must tell "nothing" from an answer (a
+// handler that gave up on its cancelled context must not be recorded as a
+// success).
+func untouched(saved, now *fasthttp.ResponseHeader) bool {
+	return saved != nil && bytes.Equal(saved.Header(), now.Header())
+}
 
 func snapshotHeader(h *fasthttp.ResponseHeader) *fasthttp.ResponseHeader {
 	s, _ := headerPool.Get().(*fasthttp.ResponseHeader)

@@ -258,6 +258,9 @@ func (x *exchange) Captured() adapterkit.Response {
 		resp.Truncated = true
 		return resp
 	}
+	if len(body) == 0 && untouched(x.saved, &r.Header) {
+		resp.Status = 0 // answered nothing (see untouched)
+	}
 	resp.Body = bytes.Clone(body)
 	if resp.Body == nil {
 		resp.Body = []byte{}
@@ -319,6 +322,16 @@ func (x *exchange) OnError(err error, fallback *adapterkit.Response) (bool, erro
 }
 
 var headerPool = sync.Pool{New: func() any { return new(fasthttp.ResponseHeader) }}
+
+// untouched reports whether the handler left the response header as
+// earlier middleware had it (saved): with no body, it answered nothing, as
+// a net/http handler that writes nothing. fasthttp reports 200 for a
+// status nobody set, and the engine must tell "nothing" from an answer (a
+// handler that gave up on its cancelled context must not be recorded as a
+// success).
+func untouched(saved, now *fasthttp.ResponseHeader) bool {
+	return saved != nil && bytes.Equal(saved.Header(), now.Header())
+}
 
 func snapshotHeader(h *fasthttp.ResponseHeader) *fasthttp.ResponseHeader {
 	s, _ := headerPool.Get().(*fasthttp.ResponseHeader)

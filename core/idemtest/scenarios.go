@@ -43,6 +43,7 @@ var scenarios = []scenario{
 	{"large_response_not_retained", scLargeResponse},
 	{"empty_response_stored", scEmptyResponse},
 	{"unrecorded_streamed_response_never_a_complete_2xx", scUnrecordedStreamed},
+	{"handler_stopped_by_a_lost_lease_409", scLostLease},
 }
 
 // payHandler answers 201 with a JSON body that includes the execution
@@ -665,4 +666,35 @@ func scUnrecordedStreamed(t *testing.T, e *env) {
 			t.Errorf("%s: the client got a complete %v for an outcome that was not recorded", path, r)
 		}
 	}
+}
+
+// heartbeatDownStore fails every Heartbeat, as a database lost after the
+// claim: the lease runs out and idem stops the handler.
+type heartbeatDownStore struct{ core.Store }
+
+func (heartbeatDownStore) Heartbeat(context.Context, storekit.Fence, time.Duration) error {
+	return errors.New("idemtest: heartbeat: store down")
+}
+
+// scLostLease: a handler that idem stops because its lease is gone (its
+// context cancelled) and that returns without writing, as handlers do on
+// a cancelled context, must not reach the client as a 200 with an empty
+// body, which reads as success: the key was released, nothing recorded.
+// The client gets the lease-lost 409 (retry), and a retry runs the handler
+// again.
+func scLostLease(t *testing.T, e *env) {
+	var n atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second): // a framework that never cancels fails below
+		}
+	})
+	e.start([]Route{{"POST", "/pay", h}}, func(s core.Store) core.Store { return heartbeatDownStore{Store: s} },
+		core.WithLease(300*time.Millisecond))
+	c := call{method: "POST", path: "/pay", key: e.key("lost"), tenant: e.tenant("a"), body: payBody}
+	requireProblem(t, e.do(c), http.StatusConflict, problem.InFlight)
+	requireProblem(t, e.do(c), http.StatusConflict, problem.InFlight)
+	count(t, &n, 2)
 }
