@@ -124,6 +124,10 @@ func WithMethods(methods ...string) Option {
 // WithLease sets how long a claim lasts without a heartbeat. The engine
 // heartbeats every lease/3 while the handler runs, so only a dead owner's
 // lease lapses; a shorter lease means a faster takeover after a crash.
+// When a heartbeat finds the lease gone, or none succeeds for a whole
+// lease, the handler's context is cancelled with ErrLeaseLost; if the handler
+// then answers nothing, the key is released and the client gets 409
+// (in-flight) to retry.
 // Default: 30s. Minimum: 100ms.
 func WithLease(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.lease = d })
