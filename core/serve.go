@@ -78,7 +78,11 @@ func (e *Engine) run(ctx context.Context, d *Decision, x adapterkit.Exchange) (r
 
 	resp := x.Captured()
 	empty := resp.Status == 0 && len(resp.Body) == 0 && !resp.Streamed && !resp.Truncated
-	if lost := d.lostLease(); lost != nil && empty {
+	var lost error
+	if empty { // the lock only for a handler that answered nothing
+		lost = d.lostLease()
+	}
+	if lost != nil {
 		// idem stopped the handler (its lease is gone) and it answered
 		// nothing: its framework would send a 200 with an empty body,
 		// which reads as success. The commit releases the key (an empty
