@@ -18,8 +18,8 @@ import (
 // (claimbatch.go and completebatch.go say how a shared one stays fenced).
 //
 // The limit adapts to what statements take, as TCP Vegas and Netflix's
-// gradient limiter do: while a statement takes less than twice the
-// fastest of late (a database a round trip away, or idle), statements are
+// gradient limiter do: while statements take, on average, less than twice
+// the fastest of late (a database a round trip away, or idle), they are
 // not waiting on each other in the database, so more go in flight, up to
 // limitMax, and nobody queues: as fast as each request alone. When they
 // take longer (a database whose CPU is the bottleneck, or a pool
@@ -29,10 +29,11 @@ type batcher[P batchItem] struct {
 	mu      sync.Mutex
 	queue   []P
 	running int
-	limit   float64   // statements of this kind let in flight: its floor, >= 1
-	fixed   bool      // limit pinned (withBatchLimit), not adapted
-	rtt     minWindow // the fastest statements of late
-	failed  int       // statements that failed, their requests sent one by one
+	limit   float64       // statements of this kind let in flight: its floor, >= 1
+	fixed   bool          // limit pinned (withBatchLimit), not adapted
+	rtt     minWindow     // the fastest statements of late
+	avg     time.Duration // what statements take of late (moving average)
+	failed  int           // statements that failed, their requests sent one by one
 	// send runs one statement for batch (two or more requests, sorted by
 	// (scope, key)) and sets each one's answer; an error sends each again
 	// alone. alone runs one request's own statement.
@@ -53,22 +54,32 @@ const (
 	limitHeadroom = 0.5
 	// limitSmoothing: the share of each new estimate in the limit.
 	limitSmoothing = 0.2
+	// avgWeight: each statement is 1/avgWeight of the moving average the
+	// gradient judges, so that an occasional slow one (a busy host, a
+	// checkpoint) does not make requests queue where statements are not
+	// waiting on each other (BENCHMARKS.md §4).
+	avgWeight = 8
 )
 
 // adapt moves the limit after a statement that took took (b.mu held), as
 // Netflix's gradient limiter does: limit × gradient + ½, the gradient being
-// how much slower than twice the fastest of late statements are now. At
-// rest the limit is ½/(1-gradient): one in flight (every other request
-// queues) while statements take about three times the fastest or more, which is
-// where a database whose CPU is the bottleneck sits; limitMax while they
-// take less than twice the fastest (a database a round trip away, or
-// idle). The constants are the measured ones (BENCHMARKS.md §3, §4).
+// how much slower than twice the fastest of late statements are now, on
+// average over the last eight or so. At rest the limit is ½/(1-gradient):
+// one in flight (every other request queues) while statements take about
+// three times the fastest or more, which is where a database whose CPU is
+// the bottleneck sits; limitMax while they take less than twice the
+// fastest (a database a round trip away, or idle). The constants are the
+// measured ones (BENCHMARKS.md §3, §4).
 func (b *batcher[P]) adapt(took time.Duration) {
 	fastest := b.rtt.add(took)
 	if b.fixed {
 		return
 	}
-	gradient := min(1, rttTolerance*float64(fastest)/float64(max(took, 1)))
+	if b.avg == 0 {
+		b.avg = took
+	}
+	b.avg += (took - b.avg) / avgWeight
+	gradient := min(1, rttTolerance*float64(fastest)/float64(max(b.avg, 1)))
 	next := b.limit*gradient + limitHeadroom
 	b.limit = min(limitMax, max(1, b.limit*(1-limitSmoothing)+next*limitSmoothing))
 }

@@ -36,3 +36,28 @@ func TestBatchLimitAdapts(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, b.limit, "a pinned limit does not move")
 }
+
+// TestBatchLimitIgnoresAnOccasionalSlowStatement: a database a round trip
+// away, where one statement in twenty takes four round trips (a busy
+// host, a checkpoint) and the rest a little over one. Statements are not
+// waiting on each other, so nobody should queue; judging each statement on
+// its own, every slow one cut the limit by a tenth, and it fell to 38 here
+// (13–22 measured 2 ms away), so requests queued behind a round trip for
+// nothing (BENCHMARKS.md §4).
+func TestBatchLimitIgnoresAnOccasionalSlowStatement(t *testing.T) {
+	var b batcher[*pendingClaim]
+	b.start(0)
+	const rtt = 2 * time.Millisecond
+	lowest := float64(limitMax)
+	for i := range 2000 {
+		took := rtt + rtt/2
+		if i%20 == 19 {
+			took = 4 * rtt
+		}
+		b.adapt(took)
+		if i >= 1000 {
+			lowest = min(lowest, b.limit)
+		}
+	}
+	assert.Equal(t, float64(limitMax), lowest, "the limit stays where nobody queues")
+}
