@@ -212,9 +212,9 @@ func WithInsertFirst() Option {
 // Use WithoutBatching when deferred statements rely on transaction-scoped
 // state (SET LOCAL, advisory transaction locks, now() as the request's own
 // time): batched, the deferred statements of concurrent requests may run
-// in one transaction. Where neither batching nor its absence shares much
-// (a database a round trip away on a saturated host), the two measured
-// level (pgstore/README.md, "Batching").
+// in one transaction. Where batching shares little (a database a round
+// trip away on a saturated host), it measured level with WithoutBatching
+// (pgstore/README.md, "Batching").
 //
 // Default: batching on.
 func WithoutBatching() Option {
