@@ -15,9 +15,10 @@ import (
 )
 
 // A claim's batcher (batch.go) for each kind of claim statement, unless
-// WithoutBatching: the bare inserts into one multi-row insert (sql
-// claimNews), the claim function's calls into one call per row (sql
-// claimFns). On a CPU-bound database most of a claim's cost is per
+// WithoutBatching: the claim function's calls into one call per row (sql
+// claimFns), and in transactional mode the bare inserts into one
+// multi-row insert (sql claimNews; in plain mode they ride in the writes'
+// pipeline, below). On a CPU-bound database most of a claim's cost is per
 // statement and per transaction, not per row (BENCHMARKS.md §3, scripts/pgfloor.sh), so
 // n claims in one statement cost far less than n statements.
 //
@@ -68,8 +69,35 @@ func (s *Store) claimNewBatched(ctx context.Context, req *storekit.ClaimRequest)
 		return s.claimNew(ctx, req)
 	}
 	p := &pendingClaim{pendingBase: pendingBase{scope: req.Scope, key: req.Key}, req: req}
-	s.inserts.do(ctx, p)
+	if s.cfg.transactional {
+		// Its claims commit asynchronously (sql asyncCTE): in a
+		// transaction with steps and completes they could make those
+		// commit so too.
+		s.inserts.do(ctx, p)
+	} else {
+		s.writes.do(ctx, p)
+	}
 	return p.cr, p.inserted, p.err
+}
+
+// A new key's insert rides in the writes' pipeline (writebatch.go) in
+// plain mode: one transaction and one commit for the claims, steps and
+// completes of concurrent requests, where claims in a statement of their
+// own cost a second commit (BENCHMARKS.md §3).
+
+func (p *pendingClaim) queue(s *Store, b *pgx.Batch) {
+	r := p.req
+	b.Queue(s.sql.claimNew, r.Scope, r.Key, r.Method, r.Route, r.Fingerprint, micros(r.Lease), micros(r.Retention))
+}
+
+func (p *pendingClaim) read(br pgx.BatchResults) error {
+	var err error
+	p.cr, p.inserted, err = scanClaimNew(br.QueryRow(), p.req)
+	return err
+}
+
+func (p *pendingClaim) runAlone(s *Store) {
+	p.cr, p.inserted, p.err = s.claimNew(p.ctx, p.req)
 }
 
 // claimFnBatched is claimFn, batched with concurrent claims when the store

@@ -41,7 +41,7 @@ func TestClaimBatch(t *testing.T) {
 			// The queued claims: new keys (two of them the same key) and
 			// the completed one, in no particular order.
 			keys := []string{"n3", "n1", "done", "twin", "n2", "twin"}
-			results := batchRound(t, s, tr, &s.inserts, insertsMarker, keys, nil)
+			results := insertRound(t, s, tr, keys, nil)
 
 			claimed := map[string]int{}
 			for i, k := range keys {
@@ -190,7 +190,7 @@ func TestClaimBatchIsolation(t *testing.T) {
 	ctx := t.Context()
 
 	keys := []string{"a1", "bad\x00key", "a2"}
-	results := batchRound(t, s, tr, &s.inserts, insertsMarker, keys, nil)
+	results := insertRound(t, s, tr, keys, nil)
 	// The same through the function's calls (called first in a storm).
 	setMix(&s.mix, true)
 	calls := batchRound(t, s, tr, &s.calls, callsMarker, []string{"f1", "bad\x00key", "f2"}, nil)
@@ -221,7 +221,7 @@ func TestClaimBatchIsolation(t *testing.T) {
 
 	// A claim cancelled while it queues.
 	cctx, cancel := context.WithCancel(ctx)
-	results = batchRound(t, s, tr, &s.inserts, insertsMarker, []string{"c1", "gone"}, func(i int) context.Context {
+	results = insertRound(t, s, tr, []string{"c1", "gone"}, func(i int) context.Context {
 		if i == 1 {
 			return cctx
 		}
@@ -279,10 +279,27 @@ type batchResult struct {
 }
 
 // Each kind of batched statement, as the tracer sees it.
-const (
-	insertsMarker = "DO NOTHING\nRETURNING scope, key"
-	callsMarker   = "WITH ORDINALITY"
+var (
+	insertsMarker = contains("DO NOTHING\nRETURNING scope, key")
+	callsMarker   = contains("WITH ORDINALITY")
 )
+
+func contains(marker string) func(string) bool {
+	return func(q string) bool { return strings.Contains(q, marker) }
+}
+
+// insertRound is batchRound for a new key's inserts: in the writes'
+// pipeline (plain mode), or in one statement of their own
+// (WithTransactional: their commits are asynchronous).
+func insertRound(t *testing.T, s *Store, tr *countingTracer, keys []string, ctxOf func(int) context.Context, between ...func()) []batchResult {
+	t.Helper()
+	if s.cfg.transactional {
+		return batchRound(t, s, tr, &s.inserts, insertsMarker, keys, ctxOf, between...)
+	}
+	claim := short(s.sql.claimNew)
+	inPipeline := func(q string) bool { return strings.HasPrefix(q, "batch: ") && strings.Contains(q, claim) }
+	return batchRound(t, s, tr, &s.writes, inPipeline, keys, ctxOf, between...)
+}
 
 // batchRound blocks inserts into s's table with a SHARE lock, claims a
 // warm-up key through b (it takes b's running slot and waits on the
@@ -292,13 +309,13 @@ const (
 // queued claims' results. It fails the test unless the queued claims that
 // were still queued went out together in one statement of b's kind
 // (marker).
-func batchRound(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, marker string, keys []string, ctxOf func(int) context.Context, between ...func()) []batchResult {
+func batchRound[P batchItem](t *testing.T, s *Store, tr *countingTracer, b *batcher[P], marker func(string) bool, keys []string, ctxOf func(int) context.Context, between ...func()) []batchResult {
 	t.Helper()
 	return batchRoundReqs(t, s, tr, b, marker, keys, func(i int) storekit.ClaimRequest { return claimReq(keys[i], time.Minute) }, ctxOf, between...)
 }
 
 // batchRoundReqs is batchRound with the requests from reqOf.
-func batchRoundReqs(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, marker string, keys []string, reqOf func(int) storekit.ClaimRequest, ctxOf func(int) context.Context, between ...func()) []batchResult {
+func batchRoundReqs[P batchItem](t *testing.T, s *Store, tr *countingTracer, b *batcher[P], marker func(string) bool, keys []string, reqOf func(int) storekit.ClaimRequest, ctxOf func(int) context.Context, between ...func()) []batchResult {
 	t.Helper()
 	ctx := t.Context()
 	lock := lockTable(t, s, s.names.table)
@@ -342,7 +359,7 @@ func batchRoundReqs(t *testing.T, s *Store, tr *countingTracer, b *claimBatch, m
 	sqls, _ := tr.snapshot()
 	batched := 0
 	for _, q := range sqls {
-		if strings.Contains(q, marker) {
+		if marker(q) {
 			batched++
 		}
 	}
@@ -395,5 +412,70 @@ func waitFor(t *testing.T, cond func() bool) {
 func setMix(m *storekit.ClaimMix, existing bool) {
 	for range 300 {
 		m.Observe(existing)
+	}
+}
+
+// TestClaimRidesWithCompletes: in plain mode a new key's insert queued
+// beside a complete goes in the complete's pipeline, one transaction and
+// one commit for both, and each gets its own answer.
+func TestClaimRidesWithCompletes(t *testing.T) {
+	t.Parallel()
+	s, tr := tracedStore(t, 0, WithInsertFirst(), withBatchLimit(1))
+	ctx := t.Context()
+	ownedCtx, owned := mustClaim(t, s, claimReq("owned", time.Minute))
+
+	lock := lockTable(t, s, s.names.table)
+	tr.reset()
+	b := &s.writes
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := s.Claim(ctx, claimReq("warm", time.Minute)); err != nil {
+			t.Errorf("warm-up claim: %v", err)
+		}
+	})
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running == 1 })
+	var completed error
+	wg.Go(func() {
+		completed = s.Complete(ownedCtx, owned, storekit.StoredResponse{Status: 201, Body: []byte("paid")})
+	})
+	claims := make([]batchResult, 2)
+	for i, k := range []string{"new1", "new2"} {
+		wg.Go(func() {
+			res, err := s.Claim(ctx, claimReq(k, time.Minute))
+			claims[i] = batchResult{res, err}
+		})
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 3 })
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	sqls, _ := tr.snapshot()
+	claim, complete := short(s.sql.claimNew), short(s.sql.completeTx)
+	pipelines := 0
+	for _, q := range sqls {
+		if strings.HasPrefix(q, "batch: ") && strings.Count(q, claim) == 2 && strings.Count(q, complete) == 1 {
+			pipelines++
+		}
+	}
+	if pipelines != 1 {
+		t.Errorf("%d pipelines carried both claims and the complete, want 1; statements: %q", pipelines, sqls)
+	}
+	if completed != nil {
+		t.Errorf("complete beside the claims: %v", completed)
+	}
+	if got, err := s.Get(ctx, "tenant", "owned"); err != nil || got.Status != storekit.StatusCompleted || string(got.Response.Body) != "paid" {
+		t.Errorf("completed record: %+v, %v", got, err)
+	}
+	for i, k := range []string{"new1", "new2"} {
+		r := claims[i]
+		if r.err != nil || !r.res.Claimed || !r.res.Fresh {
+			t.Errorf("claim %s beside a complete: %+v, %v; want a fresh claim", k, r.res, r.err)
+			continue
+		}
+		if got, err := s.Get(ctx, "tenant", k); err != nil || got.Token != r.res.Record.Token || got.Status != storekit.StatusProcessing {
+			t.Errorf("record %s: %+v, %v; the claim answered %+v", k, got, err, r.res.Record)
+		}
 	}
 }

@@ -190,13 +190,14 @@ func WithInsertFirst() Option {
 // flight, the requests that arrive queue, and the next statement carries
 // them all:
 //
-//   - claims: the claim function called once per row (and, with
-//     WithInsertFirst, the bare inserts as one multi-row insert), each row
-//     its own claim;
-//   - SaveStep and the completes of requests without a Tx: one pipeline,
-//     one transaction, one synchronous commit, each step fenced, each
+//   - claims: the claim function called once per row, each row its own
+//     claim;
+//   - SaveStep, the completes of requests without a Tx and, with
+//     WithInsertFirst, the new keys' inserts: one pipeline, one
+//     transaction, one synchronous commit, each step fenced, each
 //     complete its request's Defer statements followed by its fenced
-//     complete.
+//     complete (WithTransactional: the inserts, whose commits need not
+//     wait for the flush, as one multi-row insert of their own).
 //
 // Each request gets the answer its own statement would have got, and its
 // writes commit with its response or not at all. A shared statement that

@@ -44,9 +44,10 @@ type Store struct {
 	// (the insert first below a quarter).
 	mix storekit.ClaimMix
 	// Unless WithoutBatching (batch.go), the statements of concurrent
-	// requests, gathered: the bare inserts and the claim function's calls
-	// (claimbatch.go), the steps and the completes of requests without a
-	// Tx (writebatch.go).
+	// requests, gathered: the claim function's calls, and in transactional
+	// mode the bare inserts (claimbatch.go); the steps and the completes of
+	// requests without a Tx, and in plain mode the bare inserts
+	// (writebatch.go).
 	inserts, calls claimBatch
 	writes         writeBatch
 
@@ -299,10 +300,15 @@ func (s *Store) claimFn(ctx context.Context, req *storekit.ClaimRequest) (claimR
 // claimNew is WithInsertFirst's first statement: a bare insert of the
 // processing record. inserted is false when the key exists.
 func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (cr claimRow, inserted bool, err error) {
-	r := &cr.rec
-	err = s.pool.QueryRow(ctx, s.sql.claimNew,
+	return scanClaimNew(s.pool.QueryRow(ctx, s.sql.claimNew,
 		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,
-		micros(req.Lease), micros(req.Retention)).Scan(&r.Token, &r.LockedUntil, &r.CreatedAt, &r.ExpiresAt, &cr.now)
+		micros(req.Lease), micros(req.Retention)), req)
+}
+
+// scanClaimNew reads sql.claimNew's answer: no row when the key exists.
+func scanClaimNew(row pgx.Row, req *storekit.ClaimRequest) (cr claimRow, inserted bool, err error) {
+	r := &cr.rec
+	err = row.Scan(&r.Token, &r.LockedUntil, &r.CreatedAt, &r.ExpiresAt, &cr.now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return claimRow{}, false, nil
 	}

@@ -3,14 +3,14 @@ package pgstore
 import "github.com/jackc/pgx/v5"
 
 // writeBatch (unless WithoutBatching) gathers the steps and the completes
-// of concurrent requests without a Tx into one pipeline, and so into one
-// implicit transaction and one synchronous commit, as PostgreSQL gathers
-// commits into one flush: a step rides with the completes (and the steps)
-// of other requests rather than paying a round trip and a commit of its
-// own. Each is its own fenced statement (stepbatch.go, completebatch.go
-// say how), sent in (scope, key) order: two pipelines take their row
-// locks in one order and cannot deadlock, with each other or with a claim
-// batch (claimbatch.go).
+// of concurrent requests without a Tx, and in plain mode the new keys'
+// inserts (WithInsertFirst), into one pipeline, and so into one implicit
+// transaction and one synchronous commit, as PostgreSQL gathers commits
+// into one flush: a step or a claim rides with the completes of other
+// requests rather than paying a round trip and a commit of its own. Each
+// is its own statement (stepbatch.go, completebatch.go, claimbatch.go say
+// how), sent in (scope, key) order: two pipelines take their row locks in
+// one order and cannot deadlock, with each other or with a claim batch.
 //
 // On a CPU-bound database a transaction's cost is mostly per round trip
 // and per commit, not per statement (BENCHMARKS.md §3, scripts/pgfloor.sh),

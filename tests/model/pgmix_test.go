@@ -139,16 +139,30 @@ func (m *insertFirstMix) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 
 // TraceBatchStart implements pgx.BatchTracer: counts the pipelines of
 // completebatch.go (two or more fenced completes, each raising on a miss),
-// and those that carry a history's complete.
+// those that carry a history's complete, and those that carry new keys'
+// inserts (writebatch.go, plain mode), as claimbatch.go's are counted.
 func (m *insertFirstMix) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	n, history := 0, false
+	n, history, inserts := 0, false, false
 	for _, q := range d.Batch.QueuedQueries {
+		if strings.Contains(q.SQL, "ON CONFLICT (scope, key) DO NOTHING") && len(q.Arguments) > 1 {
+			inserts = true
+			scope, _ := q.Arguments[0].(string)
+			key, _ := q.Arguments[1].(string)
+			if scope != mixScope {
+				m.batchedRows.Add(1)
+				m.mode(scope, insertMode)
+				m.batchKeys.Store(scope+"\x00"+key, true)
+			}
+		}
 		if strings.Contains(q.SQL, "the fenced complete matched") {
 			n++
 			if scope, _ := q.Arguments[0].(string); scope != mixScope {
 				history = true
 			}
 		}
+	}
+	if inserts {
+		m.batched.Add(1)
 	}
 	if n >= 2 {
 		m.batchedCompletes.Add(1)
