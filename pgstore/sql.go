@@ -13,7 +13,7 @@ type statements struct {
 	claim     string
 	claimText string
 	claimNew  string // WithInsertFirst's first statement
-	claimNews string // the same for several claims at once (claimbatch.go)
+	claimNews string // the same for several claims at once (claimbatch.go, WithTransactional)
 	claimFns  string // the claim function for several claims at once (claimbatch.go)
 	heartbeat string
 	syncClaim string
