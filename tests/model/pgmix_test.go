@@ -95,16 +95,9 @@ func (m *insertFirstMix) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 		if scopes, ok := d.Args[0].([]string); ok { // claimbatch.go's inserts: arrays
 			keys, _ := d.Args[1].([]string)
 			for i, scope := range scopes {
-				if scope == mixScope || i >= len(keys) {
-					continue
+				if i < len(keys) {
+					m.batchedInsert(scope, keys[i])
 				}
-				m.batchedRows.Add(1)
-				m.mode(scope, insertMode)
-				// A key the batch finds existing calls the function next.
-				// One it inserts leaves its entry behind, which can only
-				// count a later function-first claim of the key as such a
-				// fallback: fewer function-first claims, never more.
-				m.batchKeys.Store(scope+"\x00"+keys[i], true)
 			}
 			m.batched.Add(1)
 			return ctx
@@ -148,11 +141,7 @@ func (m *insertFirstMix) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx
 			inserts = true
 			scope, _ := q.Arguments[0].(string)
 			key, _ := q.Arguments[1].(string)
-			if scope != mixScope {
-				m.batchedRows.Add(1)
-				m.mode(scope, insertMode)
-				m.batchKeys.Store(scope+"\x00"+key, true)
-			}
+			m.batchedInsert(scope, key)
 		}
 		if strings.Contains(q.SQL, "the fenced complete matched") {
 			n++
@@ -190,6 +179,20 @@ func (m *insertFirstMix) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.T
 	} else {
 		m.missed.Store(claim, true) // its claim calls the function next
 	}
+}
+
+// batchedInsert counts a history claim's insert sent with others (in
+// claimbatch.go's statement or writebatch.go's pipeline). A key the batch
+// finds existing calls the function next. One it inserts leaves its entry
+// behind, which can only count a later function-first claim of the key as
+// such a fallback: fewer function-first claims, never more.
+func (m *insertFirstMix) batchedInsert(scope, key string) {
+	if scope == mixScope {
+		return
+	}
+	m.batchedRows.Add(1)
+	m.mode(scope, insertMode)
+	m.batchKeys.Store(scope+"\x00"+key, true)
 }
 
 func (m *insertFirstMix) mode(scope string, c claimMode) {
