@@ -19,8 +19,8 @@ test: services pgbouncer
 	./scripts/release-check.sh -quick # after the tests: their downloads fill the module cache it reads from
 
 ## model: tests/model at length: many more randomized concurrent histories per store (memstore,
-## pgstore, mysqlstore and sqlitestore, plain and transactional; pgstore also WithInsertFirst across
-## its switch, WithPartitioning and examples/payments' configuration; with connection kills or, for
+## pgstore, mysqlstore and sqlitestore, plain and transactional; pgstore also driven across its
+## claims' switch, WithPartitioning and examples/payments' configuration; with connection kills or, for
 ## sqlitestore, cancelled calls and two processes on one file) checked for linearizability
 ## against the protocol's reference model. `make test` runs a bounded number (IDEM_MODEL_ITER
 ## sets it; IDEM_MODEL_SEED replays a seed's choices).
@@ -72,13 +72,13 @@ bench: bench-inproc bench-pg bench-mysql bench-sqlite bench-e2e bench-far
 bench-inproc:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./core/... ./nethttpidem ./ginidem ./echoidem ./echov5idem ./fiberidem
 
-## bench-pg: §2 pgstore claim+complete vs the raw-statement floors (throughput and CPU), WithInsertFirst's
-## replay, NOTIFY cost, Tx's txid at BEGIN; §5 wait-mode wake-up; §6 the cost of a step
+## bench-pg: §2 pgstore claim+complete vs the raw-statement floors (throughput and CPU), a replay
+## inserting first and calling the function first, NOTIFY cost, Tx's txid at BEGIN; §5 wait-mode wake-up; §6 the cost of a step
 bench-pg:
 	$(GO) test -run '^$$' -bench 'BenchmarkFloor/(plain|partitioned)/keys=random/workers=16$$' -benchtime 2000x -count 8 -timeout 30m ./pgstore
 	$(GO) test -run '^$$' -bench 'BenchmarkFloor/(plain|partitioned)/keys=random/workers=(1|64)$$' -benchtime 600x -count 3 -timeout 30m ./pgstore
 	IDEM_FLOOR_DIAG=1 $(GO) test -run '^$$' -bench 'BenchmarkFloorCPU' -benchtime 4000x -count 3 ./pgstore
-	$(GO) test -run '^$$' -bench 'BenchmarkConformance/(plain|plain-optimistic)/ClaimReplay/Serial' -benchmem -count 4 ./pgstore
+	$(GO) test -run '^$$' -bench 'BenchmarkConformance/(plain|plain-function-first)/ClaimReplay/Serial' -benchmem -count 4 ./pgstore
 	$(GO) test -run '^$$' -bench 'BenchmarkNotifyCost' -benchtime 1500x -count 3 ./pgstore
 	$(GO) test -run '^$$' -bench 'BenchmarkTxFirstExecution' -benchtime 4000x ./pgstore
 	$(GO) test -run '^$$' -bench 'WaitWake' -benchtime 50x -count 2 ./core ./pgstore

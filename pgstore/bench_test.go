@@ -176,10 +176,10 @@ func BenchmarkConformance(b *testing.B) {
 			storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, m.opts...) })
 		})
 	}
-	b.Run("plain-optimistic", func(b *testing.B) {
+	b.Run("plain-function-first", func(b *testing.B) {
 		cfg := pgstoretest.Config(b)
 		cfg.MaxConns = 16
 		pool := pgstoretest.NewPool(b, cfg)
-		storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, WithInsertFirst()) })
+		storetest.Benchmark(b, func(tb testing.TB) core.Store { return newStore(tb, pool, withFunctionFirst()) })
 	})
 }

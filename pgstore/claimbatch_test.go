@@ -25,7 +25,7 @@ func TestClaimBatch(t *testing.T) {
 	for _, v := range batchVariants() {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			s, tr := tracedStore(t, v.execMode, append([]Option{WithInsertFirst(), withBatchLimit(1)}, v.opts...)...)
+			s, tr := tracedStore(t, v.execMode, append([]Option{withBatchLimit(1)}, v.opts...)...)
 			ctx := t.Context()
 
 			// A completed key, so that the batch also carries a replay.
@@ -93,12 +93,12 @@ func TestClaimBatchCalls(t *testing.T) {
 	for _, m := range modes {
 		for _, kind := range []string{"", "/transactional", "/function_only"} {
 			name := m.name + kind
-			opts := append([]Option{WithInsertFirst(), withBatchLimit(1)}, m.opts...)
+			opts := append([]Option{withBatchLimit(1)}, m.opts...)
 			switch kind {
 			case "/transactional":
 				opts = append(opts, WithTransactional())
-			case "/function_only": // without WithInsertFirst: every claim calls the function
-				opts = append([]Option{withBatchLimit(1)}, m.opts...)
+			case "/function_only": // every claim calls the function
+				opts = append(opts, withFunctionFirst())
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -186,7 +186,7 @@ func TestClaimBatchCalls(t *testing.T) {
 // queues leaves the queue and creates nothing.
 func TestClaimBatchIsolation(t *testing.T) {
 	t.Parallel()
-	s, tr := tracedStore(t, 0, WithInsertFirst(), withBatchLimit(1))
+	s, tr := tracedStore(t, 0, withBatchLimit(1))
 	ctx := t.Context()
 
 	keys := []string{"a1", "bad\x00key", "a2"}
@@ -420,7 +420,7 @@ func setMix(m *storekit.ClaimMix, existing bool) {
 // one commit for both, and each gets its own answer.
 func TestClaimRidesWithCompletes(t *testing.T) {
 	t.Parallel()
-	s, tr := tracedStore(t, 0, WithInsertFirst(), withBatchLimit(1))
+	s, tr := tracedStore(t, 0, withBatchLimit(1))
 	ctx := t.Context()
 	ownedCtx, owned := mustClaim(t, s, claimReq("owned", time.Minute))
 

@@ -32,9 +32,10 @@ func twoStores(t *testing.T, opts ...Option) (*Store, *Store) {
 
 // TestTwoPoolsOneClaim: 200 concurrent claims of one key, split across two
 // stores on separate pools: exactly one is claimed; every other sees the
-// winner's processing record. In the "optimistic" cases the second store
-// runs WithInsertFirst (as during a rollout of the option): its bare
-// insert and the first store's claim function race for the same key.
+// winner's processing record. In the "function_first" cases the second
+// store calls the claim function first (as a store does during a retry
+// storm): its function and the first store's bare insert race for the
+// same key.
 func TestTwoPoolsOneClaim(t *testing.T) {
 	type clusterCase struct {
 		name     string
@@ -45,7 +46,7 @@ func TestTwoPoolsOneClaim(t *testing.T) {
 	for _, m := range modes {
 		cases = append(cases,
 			clusterCase{m.name, m.opts, nil},
-			clusterCase{m.name + "/optimistic", m.opts, []Option{WithInsertFirst()}})
+			clusterCase{m.name + "/function_first", m.opts, []Option{withFunctionFirst()}})
 	}
 	for _, m := range cases {
 		t.Run(m.name, func(t *testing.T) {

@@ -13,9 +13,10 @@ import (
 // TestConformance runs storetest on each mode, as configured by default and
 // in other ways:
 //
-//   - optimistic: WithInsertFirst (a bare insert first, the claim
-//     function only for an existing key);
-//   - batching: the same with batching pinned at one statement in flight,
+//   - function_first: every claim calls the claim function, never the
+//     bare insert first (by default only while a quarter of recent claims
+//     find their key, see Claim);
+//   - batching: batching pinned at one statement in flight,
 //     so that concurrent claims and completes share statements under any
 //     load (the default adapts: on a quiet database each goes alone);
 //   - unbatched: WithoutBatching;
@@ -42,8 +43,8 @@ func TestConformance(t *testing.T) {
 	for _, m := range modes {
 		variants = append(variants,
 			variant{m.name, 0, m.opts},
-			variant{m.name + "/optimistic", 0, append([]Option{WithInsertFirst()}, m.opts...)},
-			variant{m.name + "/batching", 0, append([]Option{WithInsertFirst(), withBatchLimit(1)}, m.opts...)},
+			variant{m.name + "/function_first", 0, append([]Option{withFunctionFirst()}, m.opts...)},
+			variant{m.name + "/batching", 0, append([]Option{withBatchLimit(1)}, m.opts...)},
 			variant{m.name + "/unbatched", 0, append([]Option{WithoutBatching()}, m.opts...)},
 			variant{m.name + "/exec", pgx.QueryExecModeExec, m.opts},
 			variant{m.name + "/simple_protocol", pgx.QueryExecModeSimpleProtocol, m.opts},

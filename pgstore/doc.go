@@ -15,13 +15,16 @@
 //
 // Ownership is decided by the database. Claim is one statement that
 // inserts the record, takes it over (failed, or processing with a lapsed
-// lease, same request) or returns it unchanged; every write of an owner
+// lease, same request) or returns it unchanged (while new keys dominate, a
+// bare insert first and that statement only for an existing key, see
+// Store.Claim); every write of an owner
 // (Heartbeat, Complete, Fail) is one UPDATE fenced by
 // WHERE token = $token AND status = 'processing'. Lease tokens come from a
 // sequence, so they are strictly increasing and never reused, even after a
 // record is deleted. Every instant is the database's now(); the
 // application's clock is never compared with it. One statement per phase:
-// claim, heartbeat, complete, fail, get (TestQueryCounts asserts it).
+// claim, heartbeat, complete, fail, get (TestTxContract's QueryCounts and
+// TestQueryCountsClaim assert it).
 //
 // # Steps
 //

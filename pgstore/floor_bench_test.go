@@ -24,8 +24,9 @@ import (
 // fresh key, claim, store the response) against floors: the simplest
 // statements that could do the job, sent with pgx on the same pool, one
 // round trip and one commit each, as the store's are. It also runs the
-// store WithInsertFirst ("optimistic", reported against the same
-// floors as optimistic/<variant>).
+// store calling its claim function first, as it does during a retry storm
+// ("function-first", reported against the same floors as
+// function-first/<variant>).
 //
 //   - claim: the two raw statements on the store's own tables that do the
 //     job atomically: INSERT ... ON CONFLICT (scope, key) DO NOTHING
@@ -123,9 +124,9 @@ type floorVariant struct {
 	pair pairFunc
 }
 
-// floorVariants builds the store, the same store WithInsertFirst
-// ("optimistic": the bare insert as its own statement, the claim function
-// only for an existing key) and the raw-statement variants on pool (tables
+// floorVariants builds the store (the bare insert first: fresh keys
+// only), the same store calling the claim function first
+// ("function-first") and the raw-statement variants on pool (tables
 // created in the store's schema). IDEM_FLOOR_DIAG=1 adds two
 // diagnostic variants that split the store's claim into its parts:
 //
@@ -138,8 +139,8 @@ type floorVariant struct {
 //     is the width of the result.
 func floorVariants(b *testing.B, pool *pgxpool.Pool, s *Store, opts []Option) []floorVariant {
 	ctx := context.Background()
-	// The same store with WithInsertFirst, on the same table.
-	opt := openStore(b, pool, append([]Option{WithSchema(s.cfg.schema), WithInsertFirst()}, opts...)...)
+	// The same store calling the function first, on the same table.
+	fnFirst := openStore(b, pool, append([]Option{WithSchema(s.cfg.schema), withFunctionFirst()}, opts...)...)
 
 	table := s.names.schema + `."floor_records"`
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
@@ -215,7 +216,7 @@ VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + s.names.seq + `'), now() 
 	}
 	variants := []floorVariant{
 		{"store", storePair(s)},
-		{"optimistic", storePair(opt)},
+		{"function-first", storePair(fnFirst)},
 		{"claim", recordOn(insClaim)},
 		{"raw", recordOn(insRaw)},
 		{"floor", floorOn(ins, upd)},
@@ -269,7 +270,7 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 
 	round := max(8*workers, 100)
 	ratios := make([][]float64, len(variants))    // store over variant i, per round
-	optRatios := make([][]float64, len(variants)) // optimistic over variant i, per round
+	fnRatios := make([][]float64, len(variants))  // function-first over variant i, per round
 	total := make([]time.Duration, len(variants)) // per variant
 	took := make([]time.Duration, len(variants))
 	keys := newKeySource(random, "f"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
@@ -285,7 +286,7 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 			ratios[i+1] = append(ratios[i+1], took[i+1].Seconds()/took[0].Seconds())
 		}
 		for i := range variants[2:] {
-			optRatios[i+2] = append(optRatios[i+2], took[i+2].Seconds()/took[1].Seconds())
+			fnRatios[i+2] = append(fnRatios[i+2], took[i+2].Seconds()/took[1].Seconds())
 		}
 	})
 	b.StopTimer()
@@ -295,7 +296,7 @@ func benchFloor(b *testing.B, workers int, random bool, opts []Option) {
 			b.ReportMetric(median(ratios[i]), "store/"+v.name)
 		}
 		if i > 1 {
-			b.ReportMetric(median(optRatios[i]), "optimistic/"+v.name)
+			b.ReportMetric(median(fnRatios[i]), "function-first/"+v.name)
 		}
 		b.ReportMetric(float64(b.N)/total[i].Seconds(), v.name+"-pairs/s")
 	}

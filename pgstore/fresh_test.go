@@ -25,8 +25,8 @@ func TestTakeoverNeverFresh(t *testing.T) {
 			opts     []Option
 			execMode pgx.QueryExecMode
 		}{
-			{"function", nil, 0},
-			{"insert_first", []Option{WithInsertFirst()}, 0},
+			{"function", []Option{withFunctionFirst()}, 0},
+			{"insert_first", nil, 0},
 			{"simple_protocol", nil, pgx.QueryExecModeSimpleProtocol}, // claimText
 		} {
 			t.Run(m.name+"/"+first.name, func(t *testing.T) {

@@ -49,8 +49,9 @@ type config struct {
 	margin      time.Duration
 	txPool      *pgxpool.Pool
 	txIdle      time.Duration
-	// optimisticClaim: bare INSERT first, the claim function on a conflict.
-	optimisticClaim bool
+	// functionFirst: every claim calls the claim function, never the bare
+	// insert first (tests of the function's own path; withFunctionFirst).
+	functionFirst bool
 	// batching: concurrent claims, completes and steps share statements
 	// (batch.go; on unless WithoutBatching); batchLimit pins their
 	// in-flight limit (tests; 0: adaptive).
@@ -168,22 +169,6 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 	})
 }
 
-// WithInsertFirst makes Claim send a bare INSERT ... ON CONFLICT DO
-// NOTHING first, and the claim-or-read function only when the key already
-// exists. A first execution then skips the PL/pgSQL call (its cost is
-// measured in BENCHMARKS.md §2 and §3); a duplicate, replay or takeover
-// costs a second statement and round trip. The store adapts: while more
-// than a quarter of recent claims (about the last 32) find their key
-// existing, as in a retry storm, it calls the function first (one
-// statement for every claim), and it goes back to inserting first when
-// new keys dominate again. Worth it where most requests carry a new key;
-// the default keeps one statement for every claim.
-//
-// Default: off.
-func WithInsertFirst() Option {
-	return optionFunc(func(c *config) { c.optimisticClaim = true })
-}
-
 // WithoutBatching makes every request send its own statements. By
 // default concurrent requests share them, as PostgreSQL shares one WAL
 // flush among concurrent commits: while enough statements of a kind are in
@@ -192,8 +177,8 @@ func WithInsertFirst() Option {
 //
 //   - claims: the claim function called once per row, each row its own
 //     claim;
-//   - SaveStep, the completes of requests without a Tx and, with
-//     WithInsertFirst, the new keys' inserts: one pipeline, one
+//   - SaveStep, the completes of requests without a Tx and the new
+//     keys' inserts (see New, "Claims"): one pipeline, one
 //     transaction, one synchronous commit, each step fenced, each
 //     complete its request's Defer statements followed by its fenced
 //     complete (WithTransactional: the inserts, whose commits need not
@@ -277,6 +262,12 @@ func WithTxIdleTimeout(d time.Duration) Option {
 		}
 		c.txIdle = d
 	})
+}
+
+// withFunctionFirst makes every claim call the claim function first, as if
+// each found its key existing (tests of the function's own paths).
+func withFunctionFirst() Option {
+	return optionFunc(func(c *config) { c.functionFirst = true })
 }
 
 // withClockOffset shifts the database clock the store reads. Tests only.

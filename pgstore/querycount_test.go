@@ -77,8 +77,9 @@ func short(sql string) string {
 }
 
 // TestStatementCache: on one connection a Store's first claim prepares its
-// two statements (the schema check, the claim), and nothing is prepared
-// again after it. (Statements per phase: txtest's QueryCounts.)
+// two statements (the schema check, the bare insert), the first claim of
+// an existing key the claim function's, and nothing is prepared again
+// after them. (Statements per phase: txtest's QueryCounts.)
 func TestStatementCache(t *testing.T) {
 	tr := &countingTracer{}
 	cfg := pgstoretest.Config(t)
@@ -91,6 +92,11 @@ func TestStatementCache(t *testing.T) {
 	_, prepares := tr.snapshot()
 	require.Equal(t, 2, prepares, "first claim's preparations")
 	tr.reset()
+	_, err = s.Claim(t.Context(), claimReq("warm", time.Minute))
+	require.NoError(t, err)
+	_, prepares = tr.snapshot()
+	require.Equal(t, 1, prepares, "first existing key's preparations")
+	tr.reset()
 	for range 3 {
 		_, err := s.Claim(t.Context(), claimReq("again", time.Minute))
 		require.NoError(t, err)
@@ -99,16 +105,17 @@ func TestStatementCache(t *testing.T) {
 	require.Zero(t, prepares, "preparations after the first claim")
 }
 
-// TestQueryCountsOptimisticClaim: with WithInsertFirst a new key costs
-// one statement (the bare insert) and an existing key two (the insert that
-// finds it, then the claim-or-read function).
-func TestQueryCountsOptimisticClaim(t *testing.T) {
+// TestQueryCountsClaim: while new keys dominate, a new key costs one
+// statement (the bare insert) and an existing key two (the insert that
+// finds it, then the claim-or-read function); during a retry storm every
+// claim is one call of the function.
+func TestQueryCountsClaim(t *testing.T) {
 	tr := &countingTracer{}
 	cfg := pgstoretest.Config(t)
 	cfg.MaxConns = 1
 	cfg.ConnConfig.Tracer = tr
 	pool := pgstoretest.NewPool(t, cfg)
-	s := newStore(t, pool, WithInsertFirst())
+	s := newStore(t, pool)
 	ctx := t.Context()
 	if _, err := s.Claim(ctx, claimReq("warm", time.Minute)); err != nil { // and the schema check
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 type statements struct {
 	claim     string
 	claimText string
-	claimNew  string // WithInsertFirst's first statement
+	claimNew  string // a claim's first statement while new keys dominate (Claim)
 	claimNews string // the same for several claims at once (claimbatch.go, WithTransactional)
 	claimFns  string // the claim function for several claims at once (claimbatch.go)
 	heartbeat string
@@ -271,7 +271,7 @@ FROM (SELECT ` + n.claimRowFn + `($1, $2, $3, $4, $5, $6, $7, {{NOW}}) AS c OFFS
 	if c.transactional {
 		s.claimText = asyncCTE + strings.Replace(s.claimText, "{{NOW}}) AS c OFFSET 0", "{{NOW}}) AS c FROM async OFFSET 0", 1)
 	}
-	// WithInsertFirst: the function's fast path as the statement itself.
+	// Claim's first statement: the function's fast path as the statement itself.
 	s.claimNew = `INSERT INTO ` + n.table + ` (` + recordCols + `)
 VALUES ($1, $2, $3, $4, $5, 'processing', nextval('` + n.seq + `'::regclass),
         {{NOW}} + $6::bigint * interval '1 microsecond', {{NOW}}, {{NOW}} + $7::bigint * interval '1 microsecond')

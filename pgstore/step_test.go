@@ -47,17 +47,17 @@ func stepProceed(t *testing.T, eng *core.Engine, key string) (*core.Decision, co
 // TestStepQueryCounts: a step costs a first execution one statement (the
 // fenced insert), nothing else: a fresh claim reports Fresh, so no read of
 // steps; a resumed execution reads them once; a resumed step costs nothing.
-// For every way the store claims (binary composite, text columns,
-// optimistic insert).
+// For every way the store claims (the function's binary composite, its
+// text columns, the bare insert first).
 func TestStepQueryCounts(t *testing.T) {
 	variants := []struct {
 		name     string
 		execMode pgx.QueryExecMode
 		opts     []Option
 	}{
-		{"binary", 0, nil},
-		{"text", pgx.QueryExecModeExec, nil},
-		{"optimistic", 0, []Option{WithInsertFirst()}},
+		{"binary", 0, []Option{withFunctionFirst()}},
+		{"text", pgx.QueryExecModeExec, []Option{withFunctionFirst()}},
+		{"insert_first", 0, nil},
 		{"partitioned", 0, []Option{WithPartitioning(2)}},
 	}
 	for _, v := range variants {

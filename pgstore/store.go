@@ -40,8 +40,8 @@ type Store struct {
 	// transactional mode.
 	asyncSessions atomic.Bool
 
-	// mix: with WithInsertFirst, how often claims find their key existing
-	// (the insert first below a quarter).
+	// mix: how often claims find their key existing (the bare insert
+	// first below a quarter, see Claim).
 	mix storekit.ClaimMix
 	// Unless WithoutBatching (batch.go), the statements of concurrent
 	// requests, gathered: the claim function's calls, and in transactional
@@ -166,7 +166,14 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements core.Store: claim-or-read in one statement (see sql.go).
+// Claim implements core.Store. While most claims carry a new key, a claim
+// is a bare INSERT ... ON CONFLICT DO NOTHING, and the claim-or-read
+// function (sql.go) runs only when the key exists: a first execution skips
+// the PL/pgSQL call and, in plain mode, rides in the pipeline of other
+// requests' completes (writebatch.go). While more than a quarter of recent
+// claims (about the last 32) find their key existing, as in a retry storm,
+// every claim calls the function first: one statement whatever it finds
+// (storekit.ClaimMix; README "Claims").
 //
 // In partitioned mode, one case costs a second statement: when the record
 // found is completed but its payload was committed after the claim
@@ -235,7 +242,7 @@ const claimRaces = 4
 // on a pool whose QueryExecMode cannot ask for binary results, its columns
 // as text, scanned by pgx.
 func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claimRow, error) {
-	if !s.cfg.optimisticClaim {
+	if s.cfg.functionFirst {
 		return s.claimFnBatched(ctx, req)
 	}
 	if !s.mix.InsertFirst() {
@@ -297,8 +304,8 @@ func (s *Store) claimFn(ctx context.Context, req *storekit.ClaimRequest) (claimR
 	return cr, rows.Err()
 }
 
-// claimNew is WithInsertFirst's first statement: a bare insert of the
-// processing record. inserted is false when the key exists.
+// claimNew is a claim's first statement while new keys dominate: a bare
+// insert of the processing record. inserted is false when the key exists.
 func (s *Store) claimNew(ctx context.Context, req *storekit.ClaimRequest) (cr claimRow, inserted bool, err error) {
 	return scanClaimNew(s.pool.QueryRow(ctx, s.sql.claimNew,
 		req.Scope, req.Key, req.Method, req.Route, req.Fingerprint,

@@ -81,7 +81,10 @@ func txHarness(opts []Option, tx func(context.Context) (txtest.Tx, error)) txtes
 			cfg := pgstoretest.Config(t)
 			cfg.MaxConns = 1 // one connection: statements prepared once, then cached
 			cfg.ConnConfig.Tracer = tr
-			return txEnv(t, newStore(t, pgstoretest.NewPool(t, cfg), opts...)), tr
+			// The claim function first, as during a retry storm: one
+			// statement per claim whatever it finds (the bare insert
+			// first, and the switch between the two: TestQueryCountsClaim).
+			return txEnv(t, newStore(t, pgstoretest.NewPool(t, cfg), append([]Option{withFunctionFirst()}, opts...)...)), tr
 		},
 		// Statements (a batch counts as one; round trips: TestTxRoundTrips).
 		Counts: map[string]int{

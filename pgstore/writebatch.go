@@ -4,7 +4,7 @@ import "github.com/jackc/pgx/v5"
 
 // writeBatch (unless WithoutBatching) gathers the steps and the completes
 // of concurrent requests without a Tx, and in plain mode the new keys'
-// inserts (WithInsertFirst), into one pipeline, and so into one implicit
+// inserts (Claim), into one pipeline, and so into one implicit
 // transaction and one synchronous commit, as PostgreSQL gathers commits
 // into one flush: a step or a claim rides with the completes of other
 // requests rather than paying a round trip and a commit of its own. Each

@@ -39,7 +39,7 @@ key="'k' || :k"
 user="'u' || :client_id"
 fence="scope = $user AND key = $key AND token = :tok AND status = 'processing' AND (expires_at > now() OR locked_until > now())"
 ledger="INSERT INTO $s.payments (id, user_id, amount, currency, recipient, provider_charge_id) VALUES ('p' || :k, $user, 1000, 'EUR', 'acct_42', 'ch_' || :k);"
-# pgstore's claim function (default) and WithInsertFirst's bare insert.
+# pgstore's claim function (during a retry storm) and its bare insert (while new keys dominate).
 claimfn="SELECT ($s.idem_records_claim_row($user, $key, 'POST', '/v1/payments', 'fp' || :k, 30000000, 86400000000, now())).token AS tok \gset"
 claimins="INSERT INTO $s.idem_records (scope, key, method, route, fingerprint, status, token, locked_until, created_at, expires_at) VALUES ($user, $key, 'POST', '/v1/payments', 'fp' || :k, 'processing', nextval('$s.idem_records_token_seq'::regclass), now() + 30000000::bigint * interval '1 microsecond', now(), now() + 86400000000::bigint * interval '1 microsecond') ON CONFLICT (scope, key) DO NOTHING RETURNING token AS tok \gset"
 # The complete as sent inside a transaction (completeTx: raises when the fence fails).

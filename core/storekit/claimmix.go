@@ -3,8 +3,8 @@ package storekit
 import "sync/atomic"
 
 // ClaimMix is for a store whose claim of a new key has a cheaper form than
-// its general claim (a bare insert tried first, as pgstore's
-// WithInsertFirst and mysqlstore's claim do): an estimate of the share of
+// its general claim (a bare insert tried first, as pgstore's and
+// mysqlstore's claims do): an estimate of the share of
 // recent claims that found their key existing (replays, in-flight
 // duplicates, takeovers), an exponentially weighted average over about the
 // last 32 claims. While that share is under Switch, InsertFirst says to

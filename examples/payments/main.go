@@ -454,10 +454,6 @@ func openPG(ctx context.Context, cfg config, log *slog.Logger) (*pgxpool.Pool, *
 		// provider, and an asynchronous claim (WithTransactional) must then
 		// be made durable before the key leaves (SyncClaim: one more round
 		// trip and row version, the same number of WAL flushes). Issue 21.
-		// Most payments carry a new key: claim with a bare INSERT, without
-		// the claim function's PL/pgSQL call; the store switches back to
-		// the function while retries dominate (issue 21).
-		pgstore.WithInsertFirst(),
 		pgstore.WithLogger(log),
 		pgstore.WithRetentionMargin(retentionMargin(cfg)),
 	}

@@ -36,10 +36,11 @@
 // in, and two processes' stores on one file), and against deliberately
 // broken stores to show the checker catches them.
 // pgstore also runs in the configurations users ship (pgvariants_test.go):
-// WithPartitioning, plain and transactional, and WithInsertFirst, plain,
-// transactional and as examples/payments configures it (ledger rows
-// through pgstore.Defer); another scope's new keys drive WithInsertFirst
-// across its switch during each history, and a pgx tracer counts the
+// WithPartitioning, plain and transactional, and with another scope's new
+// keys driving the claim across its switch (the bare insert first, the
+// function first) during each history: batching pinned, plain and
+// transactional, and as examples/payments configures it (ledger rows
+// through pgstore.Defer), and a pgx tracer counts the
 // claims that took each path (pgmix_test.go). In pgstore's
 // transactional runs some handlers commit the lease's transaction
 // themselves (CommitCrash with Input.NoMark), through Exec, Query,

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/pgstore"
 )
 
-// claimMode is the path a claim of a history took under WithInsertFirst.
+// claimMode is the path a claim of a history took.
 type claimMode int32
 
 const (
@@ -23,7 +23,7 @@ const (
 	functionMode claimMode = 2 // the claim function directly
 )
 
-// Burst sizes of insertFirstMix's fresh claims. WithInsertFirst's estimate
+// Burst sizes of insertFirstMix's fresh claims. The store's estimate
 // is an average over about the last 32 claims with a switch at 25 %: 48
 // claims that create their key bring it below the switch from anywhere
 // (1 × (31/32)^48 < 0.22), 16 from just above it.
@@ -33,7 +33,7 @@ const (
 	burstsPerH  = 3
 )
 
-// insertFirstMix drives and counts the paths of a WithInsertFirst store
+// insertFirstMix drives and counts the claim paths of a store
 // under the model. The model's histories are retry-heavy (two keys,
 // lapses, takeovers, replays): on their own they keep the store calling
 // the claim function first. Another scope's traffic of new keys, as other
@@ -291,7 +291,7 @@ func (m *insertFirstMix) check(t *testing.T, sum Summary) {
 		}
 	}
 	m.mu.Unlock()
-	t.Logf("WithInsertFirst claim statements of the histories: %d inserts that created the key, %d that found it (the function next), %d function first; %d batched inserts carrying %d of their claims, %d batched function calls, %d batched completes (%d with a history's); %d switches to insert first, %d to function first; %d of %d histories on both sides",
+	t.Logf("claim statements of the histories: %d inserts that created the key, %d that found it (the function next), %d function first; %d batched inserts carrying %d of their claims, %d batched function calls, %d batched completes (%d with a history's); %d switches to insert first, %d to function first; %d of %d histories on both sides",
 		m.inserted.Load(), m.fellBack.Load(), m.fnFirst.Load(), m.batched.Load(), m.batchedRows.Load(), m.batchedCalls.Load(), m.batchedCompletes.Load(), m.historyCompletes.Load(), m.toInsert.Load(), m.toFunction.Load(), both, sum.Histories)
 	if sum.Histories < 20 {
 		return

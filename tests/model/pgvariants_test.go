@@ -9,18 +9,17 @@ import (
 )
 
 // The configurations users ship, beyond TestPgstore and
-// TestPgstoreTransactional: WithInsertFirst (both of its paths and its
-// switches, see insertFirstMix), examples/payments' configuration, and
-// WithPartitioning. Each with connection kills, fewer histories than the
+// TestPgstoreTransactional: the claim's two paths (the bare insert first,
+// the function first) and the switches between them driven both ways (see
+// insertFirstMix), examples/payments' configuration, and WithPartitioning. Each with connection kills, fewer histories than the
 // two above by default (make model runs IDEM_MODEL_ITER of each).
 
-// pgMixRun runs a WithInsertFirst store under the model, with the other
-// scope's new keys that drive its switch.
+// pgMixRun runs a store under the model with the other scope's new keys
+// that drive its claims' switch.
 func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) Summary {
 	t.Helper()
 	mix := newInsertFirstMix()
 	mix.batching = batching
-	setup.opts = append(setup.opts, pgstore.WithInsertFirst())
 	if batching { // else the default: the in-flight limit adapts
 		setup.opts = append(setup.opts, batchtest.WithLimit(1)) // batches form under any load
 	}
@@ -33,20 +32,20 @@ func pgMixRun(t *testing.T, name string, def int, setup pgSetup, batching bool) 
 	return sum
 }
 
-// TestPgstoreInsertFirst: WithInsertFirst with batching pinned at one
-// statement in flight (concurrent claims and completes, the history's and
-// the other scope's, share statements).
-func TestPgstoreInsertFirst(t *testing.T) {
+// TestPgstoreClaimMix: both claim paths and their switches with batching
+// pinned at one statement in flight (concurrent claims and completes, the
+// history's and the other scope's, share statements).
+func TestPgstoreClaimMix(t *testing.T) {
 	t.Parallel()
-	pgMixRun(t, "pgstore-insert-first", 20, pgSetup{}, true)
+	pgMixRun(t, "pgstore-claim-mix", 20, pgSetup{}, true)
 }
 
-// TestPgstoreInsertFirstTransactional: WithInsertFirst, batching pinned at
-// one statement in flight and WithTransactional (the bare insert commits asynchronously too), every
-// ledger row queued with pgstore.Defer.
-func TestPgstoreInsertFirstTransactional(t *testing.T) {
+// TestPgstoreClaimMixTransactional: the same with WithTransactional (the
+// bare insert commits asynchronously too), every ledger row queued with
+// pgstore.Defer.
+func TestPgstoreClaimMixTransactional(t *testing.T) {
 	t.Parallel()
-	sum := pgMixRun(t, "pgstore-insert-first-tx", 20, pgSetup{
+	sum := pgMixRun(t, "pgstore-claim-mix-tx", 20, pgSetup{
 		opts: []pgstore.Option{pgstore.WithTransactional()}, ledger: deferAll,
 	}, true)
 	if sum.Count(Audit, OK) == 0 {
@@ -54,8 +53,8 @@ func TestPgstoreInsertFirstTransactional(t *testing.T) {
 	}
 }
 
-// TestPgstoreExample is examples/payments' configuration (openPG):
-// WithInsertFirst, synchronous claims (not WithTransactional: every
+// TestPgstoreExample is examples/payments' configuration (openPG): the
+// defaults (the in-flight limit adapts), synchronous claims (not WithTransactional: every
 // execution relays a key, which would make the claim durable anyway), and
 // the ledger row queued with pgstore.Defer, committed with the response.
 func TestPgstoreExample(t *testing.T) {
