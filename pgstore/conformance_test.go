@@ -14,7 +14,7 @@ import (
 // in other ways:
 //
 //   - function_first: every claim calls the claim function, never the
-//     bare insert first (by default only while a quarter of recent claims
+//     bare insert first (by default only while half of recent claims
 //     find their key, see Claim);
 //   - batching: batching pinned at one statement in flight,
 //     so that concurrent claims and completes share statements under any

@@ -145,7 +145,7 @@ func TestQueryCountsClaim(t *testing.T) {
 		t.Fatalf("replay: %+v", res)
 	}
 
-	// A retry storm: once a quarter of recent claims find their key, the
+	// A retry storm: once half of recent claims find their key, the
 	// store calls the claim function directly (one statement per replay)...
 	n := 1
 	for ; n < 100 && s.mix.InsertFirst(); n++ {

@@ -24,7 +24,7 @@ const (
 )
 
 // Burst sizes of insertFirstMix's fresh claims. The store's estimate
-// is an average over about the last 32 claims with a switch at 25 %: 48
+// is an average over about the last 32 claims with a switch at half: 48
 // claims that create their key bring it below the switch from anywhere
 // (1 × (31/32)^48 < 0.22), 16 from just above it.
 const (
