@@ -236,6 +236,20 @@ func batchContext[P batchItem](batch []P) (context.Context, context.CancelFunc) 
 	return context.WithDeadline(ctx, latest)
 }
 
+// sharingLimit: below this many statements of a kind in flight, most
+// requests queue and share statements (a database whose CPU is the limit);
+// a database a round trip away or idle keeps the limit at 35–64
+// (BENCHMARKS.md §4).
+const sharingLimit = 8
+
+// sharing reports whether the limit has fallen to where requests share
+// statements.
+func (b *batcher[P]) sharing() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limit < sharingLimit
+}
+
 // start sets the limit: n statements in flight (tests), or adaptive from
 // limitMax (n = 0).
 func (b *batcher[P]) start(n int) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core/storekit"
@@ -148,10 +149,10 @@ func TestQueryCountsClaim(t *testing.T) {
 	// A retry storm: once half of recent claims find their key, the
 	// store calls the claim function directly (one statement per replay)...
 	n := 1
-	for ; n < 100 && s.mix.InsertFirst(); n++ {
+	for ; n < 100 && s.insertFirst(); n++ {
 		count("claim (replay in a storm)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })
 	}
-	if s.mix.InsertFirst() {
+	if s.insertFirst() {
 		t.Fatalf("still inserting first after %d replays in a row", n)
 	}
 	if n < 5 {
@@ -164,7 +165,7 @@ func TestQueryCountsClaim(t *testing.T) {
 		}
 	}
 	// ...and goes back to the bare insert when new keys dominate again.
-	for i := 0; !s.mix.InsertFirst(); i++ {
+	for i := 0; !s.insertFirst(); i++ {
 		if i == 100 {
 			t.Fatal("still calling the function first after 100 new keys")
 		}
@@ -183,5 +184,35 @@ func TestQueryCountsClaim(t *testing.T) {
 	}
 	if sqls, _ := tr.snapshot(); len(sqls) != 1 || !strings.Contains(sqls[0], "ON CONFLICT (scope, key) DO NOTHING") {
 		t.Errorf("after the storm the claim sent %q, want the bare insert", sqls)
+	}
+}
+
+// TestClaimSwitchFollowsSharing: a third of recent claims finding their
+// key keeps the bare insert first where the writes' statements are shared
+// (plain mode, batching, the limit fallen: a new key's insert rides with
+// the completes) and calls the function first elsewhere (a database a
+// round trip away or idle, WithTransactional's inserts in statements of
+// their own, WithoutBatching), where the second round trip is the price.
+func TestClaimSwitchFollowsSharing(t *testing.T) {
+	pool := pgstoretest.Pool(t)
+	for _, c := range []struct {
+		name  string
+		opts  []Option
+		limit float64
+		want  bool
+	}{
+		{"shared", nil, 1, true},
+		{"not shared", nil, limitMax, false},
+		{"transactional, shared", []Option{WithTransactional()}, 1, false},
+		{"unbatched", []Option{WithoutBatching()}, 1, false},
+	} {
+		s := newStore(t, pool, c.opts...)
+		for i := range 300 {
+			s.mix.Observe(i%3 == 0) // a third existing
+		}
+		s.writes.mu.Lock()
+		s.writes.limit = c.limit
+		s.writes.mu.Unlock()
+		assert.Equal(t, c.want, s.insertFirst(), c.name)
 	}
 }

@@ -40,8 +40,7 @@ type Store struct {
 	// transactional mode.
 	asyncSessions atomic.Bool
 
-	// mix: how often claims find their key existing (the bare insert
-	// first below half, see Claim).
+	// mix: how often claims find their key existing (insertFirst).
 	mix storekit.ClaimMix
 	// Unless WithoutBatching (batch.go), the statements of concurrent
 	// requests, gathered: the claim function's calls, and in transactional
@@ -82,11 +81,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		steps:  buildStepStatements(cfg),
 	}
 	s.initBatches()
-	// A new key's insert rides with other requests' completes (plain
-	// mode); a claim of an existing key pays it and the function. Half,
-	// not the ClaimMix default of a quarter: measured at 30 % duplicates,
-	// the insert first cost PostgreSQL less (BENCHMARKS.md §2).
-	s.mix.Switch = 0.5
 	switch pool.Config().ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
 		// No statement description, so pgx cannot ask for binary results
@@ -250,7 +244,7 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	if s.cfg.functionFirst {
 		return s.claimFnBatched(ctx, req)
 	}
-	if !s.mix.InsertFirst() {
+	if !s.insertFirst() {
 		cr, err := s.claimFnBatched(ctx, req)
 		if err == nil {
 			s.mix.Observe(!cr.fresh())
@@ -267,6 +261,22 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 	}
 	// The key exists: the claim-or-read statement decides, as always.
 	return s.claimFnBatched(ctx, req)
+}
+
+// insertFirst reports whether a claim sends the bare insert first: while
+// fewer than half of recent claims found their key where the writes'
+// statements are shared (plain mode, batching, a database whose CPU is the
+// limit: a new key's insert rides with other requests' completes, where
+// the function would cost it a statement and a commit of its own); fewer
+// than a quarter elsewhere (a database a round trip away or idle, or the
+// inserts in statements of their own: there an existing key's second
+// round trip is the price). Measured both ways in BENCHMARKS.md §2.
+func (s *Store) insertFirst() bool {
+	at := 0.25
+	if s.cfg.batching && !s.cfg.transactional && s.writes.sharing() {
+		at = 0.5
+	}
+	return s.mix.Existing() < at
 }
 
 // claimFn runs the claim function (see claimRow).

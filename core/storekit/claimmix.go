@@ -30,11 +30,18 @@ const (
 
 // InsertFirst reports whether the next claim should try the cheap form.
 func (m *ClaimMix) InsertFirst() bool {
-	limit := int64(m.Switch * mixOne)
-	if limit <= 0 {
-		limit = mixOne / 4
+	at := m.Switch
+	if at <= 0 {
+		at = 0.25
 	}
-	return m.existing.Load() < limit
+	return m.Existing() < at
+}
+
+// Existing is the estimate itself, between 0 and 1: the share of recent
+// claims that found their key existing (for a store whose switch moves
+// with its load; InsertFirst compares it with Switch).
+func (m *ClaimMix) Existing() float64 {
+	return float64(m.existing.Load()) / mixOne
 }
 
 // Observe records whether a claim found its key existing.

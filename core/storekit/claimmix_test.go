@@ -43,3 +43,12 @@ func TestClaimMixSwitchIsTheShareOfExistingKeys(t *testing.T) {
 	observe(&half, 1000, 1) // all existing
 	assert.False(t, half.InsertFirst())
 }
+
+func TestClaimMixExistingIsTheEstimate(t *testing.T) {
+	var m storekit.ClaimMix
+	assert.Zero(t, m.Existing())
+	observe(&m, 1000, 3) // a third existing
+	assert.InDelta(t, 1.0/3, m.Existing(), 0.1)
+	observe(&m, 1000, 1)
+	assert.InDelta(t, 1, m.Existing(), 0.01)
+}
