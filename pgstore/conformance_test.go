@@ -14,8 +14,8 @@ import (
 // in other ways:
 //
 //   - function_first: every claim calls the claim function, never the
-//     bare insert first (by default only while half of recent claims
-//     find their key, see Claim);
+//     bare insert first (by default only while a quarter or half of
+//     recent claims find their key, see Claim);
 //   - batching: batching pinned at one statement in flight,
 //     so that concurrent claims and completes share statements under any
 //     load (the default adapts: on a quiet database each goes alone);

@@ -178,7 +178,7 @@ func WithTxPool(pool *pgxpool.Pool) Option {
 //   - claims: the claim function called once per row, each row its own
 //     claim;
 //   - SaveStep, the completes of requests without a Tx and the new
-//     keys' inserts (see New, "Claims"): one pipeline, one
+//     keys' inserts (see Store.Claim): one pipeline, one
 //     transaction, one synchronous commit, each step fenced, each
 //     complete its request's Defer statements followed by its fenced
 //     complete (WithTransactional: the inserts, whose commits need not

@@ -146,8 +146,9 @@ func TestQueryCountsClaim(t *testing.T) {
 		t.Fatalf("replay: %+v", res)
 	}
 
-	// A retry storm: once half of recent claims find their key, the
-	// store calls the claim function directly (one statement per replay)...
+	// A retry storm: once a quarter of recent claims find their key
+	// (serial claims share no statements, see insertFirst), the store
+	// calls the claim function directly (one statement per replay)...
 	n := 1
 	for ; n < 100 && s.insertFirst(); n++ {
 		count("claim (replay in a storm)", 2, func() (storekit.ClaimResult, error) { return s.Claim(ctx, req) })

@@ -169,10 +169,10 @@ func (s *Store) checkSchema(ctx context.Context) error {
 // is a bare INSERT ... ON CONFLICT DO NOTHING, and the claim-or-read
 // function (sql.go) runs only when the key exists: a first execution skips
 // the PL/pgSQL call and, in plain mode, rides in the pipeline of other
-// requests' completes (writebatch.go). While more than half of recent
-// claims (about the last 32) find their key existing, as in a retry storm,
-// every claim calls the function first: one statement whatever it finds
-// (storekit.ClaimMix; README "Claims").
+// requests' completes (writebatch.go). While more than a quarter or half
+// of recent claims (about the last 32; insertFirst says which) find their
+// key existing, as in a retry storm, every claim calls the function first:
+// one statement whatever it finds (storekit.ClaimMix; README "Claims").
 //
 // In partitioned mode, one case costs a second statement: when the record
 // found is completed but its payload was committed after the claim
