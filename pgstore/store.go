@@ -271,12 +271,16 @@ func (s *Store) claimRow(ctx context.Context, req *storekit.ClaimRequest) (claim
 // than a quarter elsewhere (a database a round trip away or idle, or the
 // inserts in statements of their own: there an existing key's second
 // round trip is the price). Measured both ways in BENCHMARKS.md §2.
+// The writes' lock is taken only between the two, where it decides.
 func (s *Store) insertFirst() bool {
-	at := 0.25
-	if s.cfg.batching && !s.cfg.transactional && s.writes.sharing() {
-		at = 0.5
+	switch e := s.mix.Existing(); {
+	case e < 0.25:
+		return true
+	case e >= 0.5:
+		return false
+	default:
+		return s.cfg.batching && !s.cfg.transactional && s.writes.sharing()
 	}
-	return s.mix.Existing() < at
 }
 
 // claimFn runs the claim function (see claimRow).
