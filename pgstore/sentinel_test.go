@@ -86,8 +86,12 @@ func lockFailure(name, sqlstate string, opts []Option) txtest.Failure {
 			if name == "terminate" {
 				kill = func() error {
 					for deadline := time.Now().Add(30 * time.Second); ; {
+						// The statement waiting on the record's lock: a claim
+						// may send a bare insert first (it does not wait on
+						// the lock) on another connection, and ending that one
+						// would leave the claim waiting as long as the lock.
 						var pid int
-						err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'", app).Scan(&pid)
+						err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Lock'", app).Scan(&pid)
 						if err == nil {
 							_, err = admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 							return err
