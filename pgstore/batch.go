@@ -31,6 +31,7 @@ type batcher[P batchItem] struct {
 	running int
 	limit   float64       // statements of this kind let in flight: its floor, >= 1
 	fixed   bool          // limit pinned (withBatchLimit), not adapted
+	tol     float64       // rttTolerance or callsTolerance
 	rtt     minWindow     // the fastest statements of late
 	avg     time.Duration // what statements take of late (moving average)
 	failed  int           // statements that failed, their requests sent one by one
@@ -50,6 +51,13 @@ const (
 	// rttTolerance: a statement up to this many times the fastest of late
 	// counts as not delayed (jitter, a bigger batch, a busy client host).
 	rttTolerance = 2.0
+	// callsTolerance is rttTolerance for the claim function's calls, which
+	// at a high duplicate rate mostly read: sharing one saves a statement
+	// but no commit flush, so requests queue for it only when statements
+	// wait longer. At twice the fastest (a database 2 ms away on a busy
+	// host, 90 % duplicates) the few replays that queued waited a whole
+	// statement each, 0.95× sending each alone (BENCHMARKS.md §4).
+	callsTolerance = 3.0
 	// limitHeadroom: what the limit grows by at a gradient of 1.
 	limitHeadroom = 0.5
 	// limitSmoothing: the share of each new estimate in the limit.
@@ -63,11 +71,12 @@ const (
 
 // adapt moves the limit after a statement that took took (b.mu held), as
 // Netflix's gradient limiter does: limit × gradient + ½, the gradient being
-// how much slower than twice the fastest of late statements are now, on
-// average over the last eight or so. At rest the limit is ½/(1-gradient):
-// one in flight (every other request queues) while statements take about
-// three times the fastest or more, which is where a database whose CPU is
-// the bottleneck sits; limitMax while they take less than twice the
+// how much slower than twice the fastest of late (three times for the
+// claim function's calls) statements are now, on average over the last
+// eight or so. At rest the limit is ½/(1-gradient): one in flight (every
+// other request queues) while statements take about three times the
+// fastest or more (five for the calls), which is where a database whose
+// CPU is the bottleneck sits; limitMax while they take less than twice the
 // fastest (a database a round trip away, or idle). The constants are the
 // measured ones (BENCHMARKS.md §3, §4).
 func (b *batcher[P]) adapt(took time.Duration) {
@@ -79,7 +88,7 @@ func (b *batcher[P]) adapt(took time.Duration) {
 		b.avg = took
 	}
 	b.avg += (took - b.avg) / avgWeight
-	gradient := min(1, rttTolerance*float64(fastest)/float64(max(b.avg, 1)))
+	gradient := min(1, b.tol*float64(fastest)/float64(max(b.avg, 1)))
 	next := b.limit*gradient + limitHeadroom
 	b.limit = min(limitMax, max(1, b.limit*(1-limitSmoothing)+next*limitSmoothing))
 }
@@ -251,9 +260,9 @@ func (b *batcher[P]) sharing() bool {
 }
 
 // start sets the limit: n statements in flight (tests), or adaptive from
-// limitMax (n = 0).
-func (b *batcher[P]) start(n int) {
-	b.limit, b.fixed = float64(n), n > 0
+// limitMax (n = 0) with tolerance tol (rttTolerance, callsTolerance).
+func (b *batcher[P]) start(n int, tol float64) {
+	b.limit, b.fixed, b.tol = float64(n), n > 0, tol
 	if n == 0 {
 		b.limit = limitMax
 	}

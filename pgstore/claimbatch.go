@@ -57,9 +57,9 @@ func (s *Store) initBatches() {
 		send:  s.sendWrites,
 		alone: func(p pendingWrite) { p.runAlone(s) },
 	}
-	s.inserts.start(s.cfg.batchLimit)
-	s.calls.start(s.cfg.batchLimit)
-	s.writes.start(s.cfg.batchLimit)
+	s.inserts.start(s.cfg.batchLimit, rttTolerance)
+	s.calls.start(s.cfg.batchLimit, callsTolerance)
+	s.writes.start(s.cfg.batchLimit, rttTolerance)
 }
 
 // claimNewBatched is claimNew, batched with concurrent claims when the
