@@ -726,7 +726,13 @@ func Run(t *testing.T, cfg Config, b Backend) {
 			got201 = append(got201, ks)
 		}
 	}
-	var finalReplays atomic.Int64
+	// A connection the chaos killed may still sit idle in an instance's
+	// pool (pgxpool pings only those idle for a second or more): the
+	// replay that draws it gets the store-unavailable 503, "not
+	// processed", and the pool drops it. A client retries such a 503 with
+	// the same key; so does this check, once, and at most once per killed
+	// connection.
+	var finalReplays, deadConnRetries atomic.Int64
 	replayJobs := make(chan *keyState)
 	var rep sync.WaitGroup
 	for range workers {
@@ -739,6 +745,10 @@ func Run(t *testing.T, cfg Config, b Backend) {
 						continue
 					}
 					a := d.post(base, ks.user, ks.key, ks.body)
+					if a.err == nil && a.status == http.StatusServiceUnavailable && bytes.Contains(a.body, []byte("store-unavailable")) {
+						deadConnRetries.Add(1)
+						a = d.post(base, ks.user, ks.key, ks.body)
+					}
 					if a.err != nil || a.status != http.StatusCreated || !a.replayed || !bytes.Equal(a.body, ks.body201) || a.ct != ks.ct201 {
 						fail.errorf("%s/%s final replay on %s: %d replayed %v ct %q %s %v (first 201: %s)",
 							ks.user, ks.key, in.name, a.status, a.replayed, a.ct, a.body, a.err, ks.body201)
@@ -754,6 +764,9 @@ func Run(t *testing.T, cfg Config, b Backend) {
 	}
 	close(replayJobs)
 	rep.Wait()
+	if n, killed := deadConnRetries.Load(), st.terminations.Load(); n > killed {
+		fail.errorf("%d final replays answered store-unavailable, more than the %d connections the chaos killed", n, killed)
+	}
 
 	// The books: one ledger row per key, with the 201's payment and charge.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -859,14 +872,14 @@ func Run(t *testing.T, cfg Config, b Backend) {
 		"%d HTTP attempts; %d instance kills, %d restarts, %d database connections killed; "+
 		"answers: %d 201 (%d of them replays), %d 409 in-flight, %d 503, %d 502, %d 500, %d connection errors, %d timeouts; "+
 		"%d mismatch probes -> %d 422; provider: %d calls, %d charges, %d failures, %d lost answers, max %d calls for one key; "+
-		"ledger rows %d; final replays %d/%d byte-identical; records processing %d (past lease %d), failed %d; %d failures",
+		"ledger rows %d; final replays %d/%d byte-identical (%d retried after a store-unavailable 503); records processing %d (past lease %d), failed %d; %d failures",
 		b.Name(), st.requests.Load(), uniq, st.duplicates.Load(), loadTook.Round(time.Millisecond), runtime.NumCPU(),
 		st.attempts.Load(), st.kills.Load(), st.restarts.Load(), st.terminations.Load(),
 		st.created.Load(), st.replays.Load(), st.conflicts.Load(), st.unavailable.Load(), st.badGateway.Load(),
 		st.serverErrors.Load(), st.connErrors.Load(), st.timeouts.Load(),
 		st.mismatchProbes.Load(), st.mismatches.Load(),
 		st.providerCalls.Load(), charges, st.providerFailures.Load(), st.providerLosses.Load(), maxCalls,
-		ledgerRows, finalReplays.Load(), 2*len(got201), processing, lapsed, failed, fail.n.Load())
+		ledgerRows, finalReplays.Load(), 2*len(got201), deadConnRetries.Load(), processing, lapsed, failed, fail.n.Load())
 	t.Log(summary)
 	_, embedded := b.(interface{ NoConnections() })
 	if st.kills.Load() == 0 || (st.terminations.Load() == 0 && !embedded) {
